@@ -1,0 +1,3 @@
+module github.com/pillar-csi/pillar-csi/agent
+
+go 1.26.0
