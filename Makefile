@@ -27,7 +27,7 @@ export KUBEBUILDER_ASSETS := $(BIN)
 # $(TOOLS_DIR)/go.mod; the version of k8s.io/kubernetes is read from there so
 # that the stamped version always matches the code.
 TOOLS := kube-apiserver etcd helm csi-sanity controller-gen protoc-gen-go \
-         protoc-gen-go-grpc staticcheck buf gorelease
+         protoc-gen-go-grpc staticcheck buf apidiff
 pkg.kube-apiserver     := k8s.io/kubernetes/cmd/kube-apiserver
 pkg.etcd               := ./etcd
 pkg.helm               := helm.sh/helm/v3/cmd/helm
@@ -37,7 +37,7 @@ pkg.protoc-gen-go      := google.golang.org/protobuf/cmd/protoc-gen-go
 pkg.protoc-gen-go-grpc := google.golang.org/grpc/cmd/protoc-gen-go-grpc
 pkg.staticcheck        := honnef.co/go/tools/cmd/staticcheck
 pkg.buf                := github.com/bufbuild/buf/cmd/buf
-pkg.gorelease          := golang.org/x/exp/cmd/gorelease
+pkg.apidiff            := golang.org/x/exp/cmd/apidiff
 
 K8S_VERSION = $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit } $$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3; exit }' $(TOOLS_DIR)/go.mod)
 # Without a stamped version, kube-apiserver reports v0.0.0-master and

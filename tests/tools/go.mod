@@ -311,7 +311,7 @@ replace (
 tool (
 	github.com/bufbuild/buf/cmd/buf
 	github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity
-	golang.org/x/exp/cmd/gorelease
+	golang.org/x/exp/cmd/apidiff
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	google.golang.org/protobuf/cmd/protoc-gen-go
 	helm.sh/helm/v3/cmd/helm
