@@ -1,0 +1,220 @@
+package configfs
+
+import (
+	"context"
+	"slices"
+	"syscall"
+)
+
+// Apply makes the export e true: the subsystem with its attributes, exactly
+// the namespaces listed, the links to the ports listening on e.Ports
+// (creating ports that do not exist, sharing those that do) and the access
+// list. It converges from any starting state — absent, partly applied,
+// identical or different — and writes nothing that already has the wanted
+// value, so applying an identical export does not disturb connected
+// initiators.
+//
+// Apply works in the order the kernel requires: subsystem attributes,
+// namespaces, access control, then port links, so that an initiator never
+// reaches a subsystem whose namespaces or access list are still being
+// written (a new subsystem starts with allow_any_host 0 and no hosts, which
+// refuses everyone). It stops at the first error and leaves what it did in
+// place; a later Apply continues from there.
+//
+// ctx is checked between steps. A single configfs write cannot be
+// interrupted, but none of them waits for the network: the longest is a
+// namespace enable, which opens the backing device.
+func (f *FS) Apply(ctx context.Context, e Export) error {
+	want, err := e.normalize()
+	if err != nil {
+		return err
+	}
+	nqn := want.NQN
+	unlock := f.subsystems.lock(nqn)
+	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "apply", Path: nqn, Err: err}
+	}
+
+	dir := f.subsystemDir(nqn)
+	cur := Subsystem{NQN: nqn}
+	var hostLinks map[string]string
+	fresh := false
+	switch err := f.sys.mkdir(dir); {
+	case err == nil:
+		// mkdir creates attr_*, namespaces/ and allowed_hosts/ with
+		// kernel defaults, so there is nothing to read back.
+		fresh = true
+	case IsExist(err):
+		var ok bool
+		cur, hostLinks, ok, err = f.readSubsystemLinks(nqn)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Removed by another process between mkdir and read.
+			return &Error{Op: "apply", Path: dir, Err: syscall.ENOENT}
+		}
+	default:
+		return err
+	}
+
+	steps := []func() error{
+		func() error { return f.applySubsystemAttrs(nqn, want.Attrs, cur.Attrs, fresh) },
+		func() error { return f.applyNamespaces(nqn, want.Namespaces, cur.Namespaces) },
+		func() error { return f.applyAccess(nqn, want, cur, hostLinks, fresh) },
+		func() error { return f.applyPorts(nqn, want.Ports, fresh) },
+	}
+	for _, step := range steps {
+		if err := ctx.Err(); err != nil {
+			return &Error{Op: "apply", Path: nqn, Err: err}
+		}
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyPorts links the subsystem to a port for each wanted address and
+// unlinks it from every other port.
+func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
+	var linked []portInfo
+	if !fresh {
+		var err error
+		if linked, err = f.linkedPorts(nqn); err != nil {
+			return err
+		}
+	}
+	for _, addr := range want {
+		if slices.ContainsFunc(linked, func(p portInfo) bool { return p.addr == addr }) {
+			continue
+		}
+		unlock := f.ports.lock(addr.key())
+		err := f.linkPort(nqn, addr)
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	for _, p := range linked {
+		if slices.Contains(want, p.addr) {
+			continue
+		}
+		unlock := f.ports.lock(p.addr.key())
+		err := f.unlinkPort(nqn, p.id)
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Remove deletes the subsystem nqn completely: its links from ports (and
+// each port nothing else uses any more), its allowed-host links (and each
+// host entry no other subsystem links), its namespaces and the subsystem
+// itself. Removing a subsystem that does not exist succeeds.
+//
+// Connected initiators lose the subsystem: dropping a port link tears down
+// the subsystem's controllers on that port.
+func (f *FS) Remove(ctx context.Context, nqn string) error {
+	if err := ValidateNQN(nqn); err != nil {
+		return err
+	}
+	unlock := f.subsystems.lock(nqn)
+	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "remove", Path: nqn, Err: err}
+	}
+	dir := f.subsystemDir(nqn)
+	if _, err := f.sys.readDir(dir); err != nil {
+		if IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+
+	// Port links first: the kernel refuses to remove a subsystem that is
+	// the target of a link (EBUSY).
+	ports, err := f.linkedPorts(nqn)
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		unlock := f.ports.lock(p.addr.key())
+		err := f.unlinkPort(nqn, p.id)
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return &Error{Op: "remove", Path: nqn, Err: err}
+	}
+
+	// Then its children: rmdir of a group fails with ENOTEMPTY while it
+	// has links or user-made subdirectories.
+	links, err := f.readLinks(dir+"/allowed_hosts", "hosts")
+	if err != nil && !IsNotExist(err) {
+		return err
+	}
+	for _, l := range links {
+		if err := f.unlinkHost(nqn, l.target, l.name); err != nil {
+			return err
+		}
+	}
+	nsids, err := f.listDirs(dir + "/namespaces")
+	if err != nil && !IsNotExist(err) {
+		return err
+	}
+	for _, name := range nsids {
+		if err := f.sys.rmdir(dir + "/namespaces/" + name); err != nil && !IsNotExist(err) {
+			return err
+		}
+	}
+
+	err = f.sys.rmdir(dir)
+	if IsBusy(err) {
+		// Still linked from a port under a name other than its NQN
+		// (created by another tool): find those links by target.
+		if err := f.unlinkAllPortLinks(nqn); err != nil {
+			return err
+		}
+		err = f.sys.rmdir(dir)
+	}
+	if err != nil && !IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// unlinkAllPortLinks removes every port link whose target is the subsystem,
+// whatever the link is named.
+func (f *FS) unlinkAllPortLinks(nqn string) error {
+	ports, err := f.scanPorts()
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		links, err := f.readLinks(f.portDir(p.id)+"/subsystems", "subsystems")
+		if err != nil && !IsNotExist(err) {
+			return err
+		}
+		for _, l := range links {
+			if l.target != nqn {
+				continue
+			}
+			unlock := f.ports.lock(p.addr.key())
+			err := f.sys.unlink(f.portDir(p.id) + "/subsystems/" + l.name)
+			if err == nil || IsNotExist(err) {
+				err = f.removeIfUnused(f.portDir(p.id))
+			}
+			unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

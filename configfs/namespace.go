@@ -1,0 +1,105 @@
+package configfs
+
+// applyNamespaces makes the subsystem's namespaces equal to want (sorted by
+// NSID): new ones are created, changed ones rewritten, others removed.
+func (f *FS) applyNamespaces(nqn string, want, cur []Namespace) error {
+	have := make(map[uint32]*Namespace, len(cur))
+	for i := range cur {
+		have[cur[i].NSID] = &cur[i]
+	}
+	for _, ns := range want {
+		if err := f.applyNamespace(nqn, ns, have[ns.NSID]); err != nil {
+			return err
+		}
+		delete(have, ns.NSID)
+	}
+	for _, c := range cur {
+		if _, stale := have[c.NSID]; !stale {
+			continue
+		}
+		// rmdir of an enabled namespace is allowed: its release
+		// callback disables it first (nvmet_ns_free).
+		if err := f.sys.rmdir(f.namespaceDir(nqn, c.NSID)); err != nil && !IsNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyNamespace converges one namespace. cur is nil when it does not exist.
+//
+// device_path, device_uuid and device_nguid refuse writes while the
+// namespace is enabled (EBUSY), and buffered_io too (EINVAL), so changing
+// any of them on an enabled namespace disables it for the duration of the
+// writes. ana_grpid can change while enabled. Nothing is written when
+// nothing differs, so an identical Apply leaves I/O undisturbed.
+func (f *FS) applyNamespace(nqn string, want Namespace, cur *Namespace) error {
+	dir := f.namespaceDir(nqn, want.NSID)
+	if cur == nil {
+		err := f.sys.mkdir(dir)
+		switch {
+		case IsExist(err):
+			// Created behind our back since the subsystem was read.
+			ns, ok, rerr := f.readNamespace(dir, want.NSID)
+			if rerr != nil {
+				return rerr
+			}
+			if ok {
+				cur = &ns
+			}
+		case err != nil:
+			return err
+		}
+	}
+	fresh := cur == nil
+	if fresh {
+		// A new namespace starts with an empty path, zero IDs, group
+		// 1, buffered_io 0 and enable 0.
+		cur = &Namespace{NSID: want.NSID, ANAGroupID: 1}
+	}
+	immutableDiffers := want.DevicePath != cur.DevicePath ||
+		(want.DeviceUUID != "" && want.DeviceUUID != cur.DeviceUUID) ||
+		(want.DeviceNGUID != "" && want.DeviceNGUID != cur.DeviceNGUID) ||
+		want.BufferedIO != cur.BufferedIO
+	enabled := cur.Enabled
+	if enabled && immutableDiffers {
+		if err := f.sys.writeAttr(dir+"/enable", "0"); err != nil {
+			return err
+		}
+		enabled = false
+	}
+	if want.DevicePath != cur.DevicePath {
+		if err := f.sys.writeAttr(dir+"/device_path", want.DevicePath); err != nil {
+			return err
+		}
+	}
+	if want.DeviceUUID != "" && want.DeviceUUID != cur.DeviceUUID {
+		if err := f.sys.writeAttr(dir+"/device_uuid", want.DeviceUUID); err != nil {
+			return err
+		}
+	}
+	if want.DeviceNGUID != "" && want.DeviceNGUID != cur.DeviceNGUID {
+		if err := f.sys.writeAttr(dir+"/device_nguid", want.DeviceNGUID); err != nil {
+			return err
+		}
+	}
+	if want.BufferedIO != cur.BufferedIO {
+		if err := f.sys.writeAttr(dir+"/buffered_io", formatBool(want.BufferedIO)); err != nil {
+			return err
+		}
+	}
+	if want.ANAGroupID != 0 && want.ANAGroupID != cur.ANAGroupID {
+		if err := f.sys.writeAttr(dir+"/ana_grpid", uitoa(uint64(want.ANAGroupID))); err != nil {
+			return err
+		}
+	}
+	if want.Enabled != enabled {
+		// Enabling opens device_path (a block device, else a regular
+		// file); a missing or busy device fails here, leaving the
+		// namespace configured but disabled for the next Apply.
+		if err := f.sys.writeAttr(dir+"/enable", formatBool(want.Enabled)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package configfs
+
+// nvmetCntlIDMax is the kernel's default attr_cntlid_max (NVME_CNTLID_MAX).
+const nvmetCntlIDMax = 0xffef
+
+// applySubsystemAttrs writes the attributes of want that differ from cur.
+// fresh means the directory was just created, so cur holds nothing and the
+// kernel defaults apply. AllowAnyHost is left to applyAccess, which must
+// order it against the allowed_hosts links.
+func (f *FS) applySubsystemAttrs(nqn string, want, cur SubsystemAttrs, fresh bool) error {
+	dir := f.subsystemDir(nqn)
+	set := func(name string, differs bool, value string) error {
+		if !fresh && !differs {
+			// Never rewrite an equal value: attr_serial, attr_model
+			// and attr_version refuse any write (EINVAL) once an
+			// initiator has identified the controller, even a write
+			// of the same value.
+			return nil
+		}
+		return f.sys.writeAttr(dir+"/"+name, value)
+	}
+	if want.Version != "" {
+		if err := set("attr_version", want.Version != cur.Version, want.Version); err != nil {
+			return err
+		}
+	}
+	if want.Serial != "" {
+		if err := set("attr_serial", want.Serial != cur.Serial, want.Serial); err != nil {
+			return err
+		}
+	}
+	if want.Model != "" {
+		if err := set("attr_model", want.Model != cur.Model, want.Model); err != nil {
+			return err
+		}
+	}
+	if err := f.applyCntlIDs(dir, want, cur, fresh); err != nil {
+		return err
+	}
+	if want.QIDMax != 0 {
+		if err := set("attr_qid_max", want.QIDMax != cur.QIDMax, uitoa(uint64(want.QIDMax))); err != nil {
+			return err
+		}
+	}
+	// attr_pi_enable only exists with CONFIG_BLK_DEV_INTEGRITY; a kernel
+	// without it reads as false, so only asking for true can fail there.
+	if want.PIEnable != cur.PIEnable {
+		if err := f.sys.writeAttr(dir+"/attr_pi_enable", formatBool(want.PIEnable)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyCntlIDs writes attr_cntlid_min and attr_cntlid_max. The kernel keeps
+// min < max at every single write (EINVAL otherwise), so when the new
+// minimum is not below the current maximum the maximum goes first.
+func (f *FS) applyCntlIDs(dir string, want, cur SubsystemAttrs, fresh bool) error {
+	if fresh {
+		cur.CntlIDMin, cur.CntlIDMax = 1, nvmetCntlIDMax
+	}
+	type write struct {
+		name  string
+		value uint16
+	}
+	var writes []write
+	if want.CntlIDMin != 0 && want.CntlIDMin != cur.CntlIDMin {
+		writes = append(writes, write{"attr_cntlid_min", want.CntlIDMin})
+	}
+	if want.CntlIDMax != 0 && want.CntlIDMax != cur.CntlIDMax {
+		w := write{"attr_cntlid_max", want.CntlIDMax}
+		if want.CntlIDMin >= cur.CntlIDMax {
+			writes = append([]write{w}, writes...)
+		} else {
+			writes = append(writes, w)
+		}
+	}
+	for _, w := range writes {
+		if err := f.sys.writeAttr(dir+"/"+w.name, uitoa(uint64(w.value))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
