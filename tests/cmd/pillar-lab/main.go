@@ -1,0 +1,227 @@
+// Command pillar-lab provisions and runs pillar-csi's real-kernel lab: a
+// Debian kernel under QEMU (TCG) that runs the host's userland read-only
+// over 9p, with nvmet, nvme-tcp, device-mapper and ZFS loaded.
+//
+//	pillar-lab provision              install and build what the lab needs (idempotent)
+//	pillar-lab run [flags] -- CMD...  run CMD as root in the guest; its exit status is ours
+//	pillar-lab shell [flags]          an interactive root shell in the guest
+//	pillar-lab test [flags] [PATTERN...] [-- TESTFLAGS...]
+//	                                  compile every kernel-tagged test package on the host
+//	                                  and run it in the guest (what make test-kernel runs)
+//
+// Run from anywhere inside the workspace. Exit status: the guest command's
+// for run, 0/1 for test, 124 when the VM hit its timeout, 125 when the lab
+// itself failed. Environment: PILLAR_LAB_CACHE (cache directory) and
+// PILLAR_LAB_KERNEL (Debian kernel ABI, e.g. 6.1.0-57; never replaced by
+// another) set the defaults of -cache and -kernel.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
+)
+
+const (
+	exitTimeout = 124
+	exitLab     = 125
+)
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: pillar-lab provision|run|shell|test [flags] [args]
+  provision                     install and build what the lab needs (idempotent)
+  run [flags] -- CMD [ARG...]   run CMD as root in the guest; its exit status is ours
+  shell [flags]                 interactive root shell in the guest (exit the shell to stop)
+  test [flags] [PATTERN...] [-- TESTFLAGS...]
+                                run kernel-tagged Go tests in the guest
+Run "pillar-lab CMD -h" for the flags of CMD.
+`)
+}
+
+// options are the flags every subcommand shares.
+type options struct {
+	cfg      kernelvm.Config
+	vm       kernelvm.VMConfig
+	keep     bool
+	explicit string
+}
+
+func (o *options) register(fs *flag.FlagSet) {
+	cache := os.Getenv("PILLAR_LAB_CACHE")
+	if cache == "" {
+		cache = kernelvm.DefaultCacheDir
+	}
+	fs.StringVar(&o.cfg.CacheDir, "cache", cache, "cache directory (env PILLAR_LAB_CACHE)")
+	fs.StringVar(&o.explicit, "kernel", os.Getenv("PILLAR_LAB_KERNEL"),
+		"Debian kernel ABI to boot, e.g. 6.1.0-57 (env PILLAR_LAB_KERNEL); default "+kernelvm.DefaultKernelABI+
+			", replaced by the archive's current ABI with a warning if gone; an explicit one is never replaced")
+	fs.IntVar(&o.vm.MemoryMB, "m", kernelvm.DefaultMemoryMB, "guest memory in MiB")
+	fs.IntVar(&o.vm.CPUs, "smp", kernelvm.DefaultCPUs, "guest CPUs")
+	fs.DurationVar(&o.vm.Timeout, "timeout", 20*time.Minute, "hard limit for the VM; qemu is killed after it")
+	fs.BoolVar(&o.keep, "keep", false, "keep the run directory (console log, dmesg, test binaries) even on success")
+}
+
+func (o *options) config() kernelvm.Config {
+	cfg := o.cfg
+	if o.explicit != "" {
+		cfg.KernelABI, cfg.KernelExplicit = o.explicit, true
+	}
+	return cfg
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sub, args := os.Args[1], os.Args[2:]
+	var o options
+	fs := flag.NewFlagSet("pillar-lab "+sub, flag.ExitOnError)
+	o.register(fs)
+	var code int
+	switch sub {
+	case "provision":
+		fs.Parse(args)
+		code = provision(ctx, &o)
+	case "run":
+		fs.Parse(args)
+		code = run(ctx, &o, fs.Args())
+	case "shell":
+		fs.Parse(args)
+		code = shell(ctx, &o)
+	case "test":
+		var run string
+		fs.StringVar(&run, "run", "", "only run tests matching this regexp (passed as -test.run)")
+		fs.Parse(args)
+		code = test(ctx, &o, fs.Args(), run)
+	case "-h", "-help", "--help", "help":
+		usage()
+	default:
+		fmt.Fprintf(os.Stderr, "pillar-lab: unknown subcommand %q\n", sub)
+		usage()
+		code = 2
+	}
+	stop()
+	os.Exit(code)
+}
+
+func fail(err error) int {
+	fmt.Fprintf(os.Stderr, "pillar-lab: %v\n", err)
+	if kernelvm.IsTimeout(err) {
+		return exitTimeout
+	}
+	return exitLab
+}
+
+func provision(ctx context.Context, o *options) int {
+	if _, err := kernelvm.Provision(ctx, o.config()); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// boot provisions and runs one guest script; it returns the exit code the
+// command should end with.
+func boot(ctx context.Context, o *options, opts kernelvm.BootOptions) int {
+	lab, err := kernelvm.Provision(ctx, o.config())
+	if err != nil {
+		return fail(err)
+	}
+	r, err := lab.NewRun()
+	if err != nil {
+		return fail(err)
+	}
+	opts.VM = o.vm
+	res, err := r.Boot(ctx, opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pillar-lab: run directory kept: %s\n", r.Dir)
+		return fail(err)
+	}
+	if o.keep {
+		fmt.Fprintf(os.Stderr, "pillar-lab: run directory kept: %s\n", r.Dir)
+	} else {
+		r.Remove()
+	}
+	return res.ExitStatus
+}
+
+func run(ctx context.Context, o *options, argv []string) int {
+	if len(argv) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: pillar-lab run [flags] -- CMD [ARG...]")
+		return 2
+	}
+	wd, _ := os.Getwd()
+	return boot(ctx, o, kernelvm.BootOptions{Script: kernelvm.CommandScript(wd, argv)})
+}
+
+func shell(ctx context.Context, o *options) int {
+	wd, _ := os.Getwd()
+	rows, cols := termSize()
+	return boot(ctx, o, kernelvm.BootOptions{
+		Script:      kernelvm.ShellScript(wd, rows, cols),
+		Interactive: true,
+		Stdin:       os.Stdin,
+	})
+}
+
+// termSize returns the size of the terminal on stdin, or zeros.
+func termSize() (rows, cols int) {
+	var ws struct{ Row, Col, X, Y uint16 }
+	_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, os.Stdin.Fd(), syscall.TIOCGWINSZ, uintptr(unsafe.Pointer(&ws)))
+	if errno != 0 {
+		return 0, 0
+	}
+	return int(ws.Row), int(ws.Col)
+}
+
+func test(ctx context.Context, o *options, args []string, runRE string) int {
+	patterns, testArgs := args, []string(nil)
+	for i, a := range args {
+		if a == "--" {
+			patterns, testArgs = args[:i], args[i+1:]
+			break
+		}
+	}
+	if runRE != "" {
+		testArgs = append([]string{"-test.run=" + runRE}, testArgs...)
+	}
+	start := time.Now()
+	wd, _ := os.Getwd()
+	ws, err := kernelvm.FindWorkspace(ctx, wd)
+	if err != nil {
+		return fail(err)
+	}
+	all, err := ws.KernelPackages(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	pkgs, err := kernelvm.MatchPackages(ws, all, patterns)
+	if err != nil {
+		return fail(err)
+	}
+	lab, err := kernelvm.Provision(ctx, o.config())
+	if err != nil {
+		return fail(err)
+	}
+	rep, err := lab.RunTests(ctx, pkgs, kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs})
+	if rep != nil {
+		rep.WriteSummary(os.Stdout)
+	}
+	fmt.Printf("kernel-lab: total %.1fs\n", time.Since(start).Seconds())
+	if err != nil {
+		return fail(err)
+	}
+	if !rep.OK() {
+		return 1
+	}
+	return 0
+}

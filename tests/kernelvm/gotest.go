@@ -1,0 +1,349 @@
+package kernelvm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"go/build/constraint"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// KernelTag is the build tag of real-kernel tests.
+const KernelTag = "kernel"
+
+// TestPackage is a Go package with kernel-tagged test files.
+type TestPackage struct {
+	ImportPath string
+	Dir        string // package directory
+	ModuleDir  string // its module's root, where `go test -c` runs
+	Rel        string // Dir relative to the workspace root, e.g. tests/kernel/smoke
+}
+
+// Workspace is the set of modules of a go.work file.
+type Workspace struct {
+	Root    string   // directory of go.work
+	Modules []string // absolute module directories
+}
+
+// FindWorkspace locates the go.work that governs dir (as the go command
+// does) and lists its modules.
+func FindWorkspace(ctx context.Context, dir string) (*Workspace, error) {
+	const op = "find workspace"
+	c := &commander{log: io.Discard}
+	out, err := c.run(ctx, op, cmdOpts{dir: dir, timeout: time.Minute}, "go", "env", "GOWORK")
+	if err != nil {
+		return nil, err
+	}
+	gowork := strings.TrimSpace(string(out))
+	if gowork == "" || gowork == "off" {
+		return nil, &Error{Op: op, Path: dir, Err: fmt.Errorf("not inside a Go workspace (no go.work found)")}
+	}
+	out, err = c.run(ctx, op, cmdOpts{dir: dir, timeout: time.Minute}, "go", "work", "edit", "-json", gowork)
+	if err != nil {
+		return nil, err
+	}
+	var wf struct{ Use []struct{ DiskPath string } }
+	if err := json.Unmarshal(out, &wf); err != nil {
+		return nil, &Error{Op: op, Path: gowork, Err: err}
+	}
+	ws := &Workspace{Root: filepath.Dir(gowork)}
+	for _, u := range wf.Use {
+		p := u.DiskPath
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(ws.Root, p)
+		}
+		ws.Modules = append(ws.Modules, filepath.Clean(p))
+	}
+	return ws, nil
+}
+
+// KernelPackages lists every package of every module in ws that has test
+// files constrained by the kernel tag, module by module with GOWORK=off, as
+// `go test` will build them.
+func (ws *Workspace) KernelPackages(ctx context.Context) ([]TestPackage, error) {
+	const op = "find kernel-tagged tests"
+	c := &commander{log: io.Discard}
+	var pkgs []TestPackage
+	for _, mod := range ws.Modules {
+		out, err := c.run(ctx, op, cmdOpts{dir: mod, timeout: 5 * time.Minute, env: []string{"GOWORK=off"}},
+			"go", "list", "-e", "-tags", KernelTag, "-json=ImportPath,Dir,TestGoFiles,XTestGoFiles", "./...")
+		if err != nil {
+			return nil, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(out))
+		for dec.More() {
+			var p struct {
+				ImportPath, Dir           string
+				TestGoFiles, XTestGoFiles []string
+			}
+			if err := dec.Decode(&p); err != nil {
+				return nil, &Error{Op: op, Path: mod, Err: err}
+			}
+			tagged := false
+			for _, f := range append(p.TestGoFiles, p.XTestGoFiles...) {
+				ok, err := hasTag(filepath.Join(p.Dir, f), KernelTag)
+				if err != nil {
+					return nil, &Error{Op: op, Path: f, Err: err}
+				}
+				tagged = tagged || ok
+			}
+			if !tagged {
+				continue
+			}
+			rel, _ := filepath.Rel(ws.Root, p.Dir)
+			pkgs = append(pkgs, TestPackage{ImportPath: p.ImportPath, Dir: p.Dir, ModuleDir: mod, Rel: filepath.ToSlash(rel)})
+		}
+	}
+	sort.Slice(pkgs, func(i, j int) bool { return pkgs[i].Rel < pkgs[j].Rel })
+	return pkgs, nil
+}
+
+// hasTag reports whether the file's //go:build line mentions tag.
+func hasTag(path, tag string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || (strings.HasPrefix(line, "//") && !constraint.IsGoBuild(line)) {
+			continue
+		}
+		if !constraint.IsGoBuild(line) {
+			return false, nil // the constraint must precede the package clause
+		}
+		expr, err := constraint.Parse(line)
+		if err != nil {
+			return false, err
+		}
+		found := false
+		expr.Eval(func(t string) bool {
+			found = found || t == tag
+			return true
+		})
+		return found, nil
+	}
+	return false, sc.Err()
+}
+
+// MatchPackages selects the packages named by patterns. A pattern is a
+// module directory ("configfs"), a workspace-relative directory pattern
+// ("tests/kernel/...", "./configfs/internal/x") or an import path pattern
+// (".../tests/kernel/smoke"); "..." matches any string. No patterns means
+// all. A pattern that matches nothing is an error, so that a typo cannot
+// turn into a green run of nothing.
+func MatchPackages(ws *Workspace, pkgs []TestPackage, patterns []string) ([]TestPackage, error) {
+	if len(patterns) == 0 {
+		return pkgs, nil
+	}
+	var out []TestPackage
+	seen := map[string]bool{}
+	for _, pat := range patterns {
+		p := strings.TrimSuffix(strings.TrimPrefix(filepath.ToSlash(pat), "./"), "/")
+		for _, m := range ws.Modules {
+			if rel, _ := filepath.Rel(ws.Root, m); filepath.ToSlash(rel) == p {
+				p += "/..."
+			}
+		}
+		re := patternRegexp(p)
+		n := 0
+		for _, pkg := range pkgs {
+			if re.MatchString(pkg.Rel) || re.MatchString(pkg.ImportPath) {
+				n++
+				if !seen[pkg.ImportPath] {
+					seen[pkg.ImportPath] = true
+					out = append(out, pkg)
+				}
+			}
+		}
+		if n == 0 {
+			return nil, &Error{Op: "match packages", Path: pat, Err: fmt.Errorf("matches no package with %s-tagged tests", KernelTag)}
+		}
+	}
+	return out, nil
+}
+
+// patternRegexp follows the go command: "x/..." also matches "x".
+func patternRegexp(p string) *regexp.Regexp {
+	re := regexp.QuoteMeta(p)
+	re = strings.ReplaceAll(re, `/\.\.\.`, `(/.*)?`)
+	re = strings.ReplaceAll(re, `\.\.\.`, `.*`)
+	return regexp.MustCompile("^" + re + "$")
+}
+
+// TestOptions says how RunTests runs the packages.
+type TestOptions struct {
+	VM VMConfig
+	// TestArgs are passed to every test binary after -test.v, e.g.
+	// -test.run=TestSmoke.
+	TestArgs []string
+	// PackageTimeout is each binary's -test.timeout (10 minutes if zero).
+	PackageTimeout time.Duration
+	Stdout         io.Writer // os.Stdout if nil
+	Log            io.Writer // os.Stderr if nil
+}
+
+// PackageResult is the outcome of one package's test binary.
+type PackageResult struct {
+	Package TestPackage
+	Passed  bool
+	Ran     bool // the guest started the binary
+	Elapsed time.Duration
+}
+
+// TestReport is the outcome of RunTests.
+type TestReport struct {
+	Packages []PackageResult
+	Passed   int // top-level tests
+	Failed   int
+	Skipped  int
+	// BootToFirstTest is from starting QEMU to the guest starting the
+	// first test binary.
+	BootToFirstTest time.Duration
+	Boot            BootResult
+}
+
+// OK reports whether every package passed.
+func (r *TestReport) OK() bool {
+	for _, p := range r.Packages {
+		if !p.Passed {
+			return false
+		}
+	}
+	return len(r.Packages) > 0
+}
+
+var topLevelResult = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): `)
+
+// RunTests compiles each package's tests on the host (`go test -c -tags
+// kernel`, GOWORK=off, in its module), boots one guest and runs every
+// binary there as root with -test.v, in its package directory (the guest
+// sees the host's tree), one after another. Output streams to o.Stdout. A
+// VM failure is an error; failing tests are not (see TestReport.OK).
+func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (*TestReport, error) {
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	if o.PackageTimeout == 0 {
+		o.PackageTimeout = 10 * time.Minute
+	}
+	if len(pkgs) == 0 {
+		return nil, &Error{Op: "run tests", Err: fmt.Errorf("no packages with %s-tagged tests", KernelTag)}
+	}
+	run, err := l.NewRun()
+	if err != nil {
+		return nil, err
+	}
+	bins := make([]string, len(pkgs))
+	c := &commander{log: o.Log}
+	for i, p := range pkgs {
+		bins[i] = filepath.Join(run.Dir, "bin", fmt.Sprintf("%02d-%s.test", i, sanitize(strings.ReplaceAll(p.Rel, "/", "-"))))
+		fmt.Fprintf(o.Log, "pillar-lab: go test -c -tags %s %s\n", KernelTag, p.ImportPath)
+		if _, err := c.run(ctx, "compile tests", cmdOpts{dir: p.ModuleDir, timeout: 15 * time.Minute, env: []string{"GOWORK=off"}},
+			"go", "test", "-c", "-tags", KernelTag, "-o", bins[i], p.ImportPath); err != nil {
+			return nil, err
+		}
+	}
+
+	var s strings.Builder
+	s.WriteString("#!/bin/sh\n")
+	s.WriteString(guestEnv)
+	s.WriteString(`out=` + shellQuote(run.OutDir()) + `
+rc=0
+uptime() { cut -d' ' -f1 /proc/uptime; }
+runpkg() {
+	i=$1; dir=$2; bin=$3; shift 3
+	echo "pillar-lab: === package $i start"
+	start=$(uptime)
+	(cd "$dir" && exec "$bin" "$@")
+	st=$?
+	echo "$st $start $(uptime)" > "$out/result-$i"
+	[ "$st" -eq 0 ] || rc=1
+}
+`)
+	args := []string{"-test.v", "-test.timeout=" + o.PackageTimeout.String()}
+	args = append(args, o.TestArgs...)
+	for i, p := range pkgs {
+		fmt.Fprintf(&s, "runpkg %d %s %s", i, shellQuote(p.Dir), shellQuote(bins[i]))
+		for _, a := range args {
+			s.WriteString(" " + shellQuote(a))
+		}
+		s.WriteString("\n")
+	}
+	s.WriteString("exit $rc\n")
+
+	rep := &TestReport{}
+	bootStart := time.Now()
+	onLine := func(line string) {
+		if rep.BootToFirstTest == 0 && strings.HasPrefix(line, "pillar-lab: === package ") {
+			rep.BootToFirstTest = time.Since(bootStart)
+		}
+		if m := topLevelResult.FindStringSubmatch(line); m != nil {
+			switch m[1] {
+			case "PASS":
+				rep.Passed++
+			case "FAIL":
+				rep.Failed++
+			case "SKIP":
+				rep.Skipped++
+			}
+		}
+	}
+	res, err := run.Boot(ctx, BootOptions{VM: o.VM, Script: s.String(), Stdout: o.Stdout, OnLine: onLine})
+	rep.Boot = res
+	for i, p := range pkgs {
+		pr := PackageResult{Package: p}
+		if b, rerr := os.ReadFile(filepath.Join(run.OutDir(), fmt.Sprintf("result-%d", i))); rerr == nil {
+			f := strings.Fields(string(b))
+			if len(f) == 3 {
+				st, _ := strconv.Atoi(f[0])
+				t0, _ := strconv.ParseFloat(f[1], 64)
+				t1, _ := strconv.ParseFloat(f[2], 64)
+				pr.Ran, pr.Passed = true, st == 0
+				pr.Elapsed = time.Duration((t1 - t0) * float64(time.Second))
+			}
+		}
+		rep.Packages = append(rep.Packages, pr)
+	}
+	if err != nil {
+		fmt.Fprintf(o.Log, "pillar-lab: run directory kept: %s\n", run.Dir)
+		return rep, err
+	}
+	if rep.OK() {
+		run.Remove()
+	} else {
+		fmt.Fprintf(o.Log, "pillar-lab: run directory kept (console.log, out/dmesg.txt): %s\n", run.Dir)
+	}
+	return rep, nil
+}
+
+// WriteSummary prints one go-test-style line per package and a closing
+// total, the way `go test` ends.
+func (r *TestReport) WriteSummary(w io.Writer) {
+	for _, p := range r.Packages {
+		switch {
+		case p.Passed:
+			fmt.Fprintf(w, "ok  \t%s\t%.3fs\n", p.Package.ImportPath, p.Elapsed.Seconds())
+		case p.Ran:
+			fmt.Fprintf(w, "FAIL\t%s\t%.3fs\n", p.Package.ImportPath, p.Elapsed.Seconds())
+		default:
+			fmt.Fprintf(w, "FAIL\t%s [did not run]\n", p.Package.ImportPath)
+		}
+	}
+	fmt.Fprintf(w, "kernel-lab: boot to first test %.1fs, VM %.1fs\n", r.BootToFirstTest.Seconds(), r.Boot.Elapsed.Seconds())
+	fmt.Fprintf(w, "kernel-lab: %d passed, %d failed, %d skipped\n", r.Passed, r.Failed, r.Skipped)
+}

@@ -1,0 +1,301 @@
+package kernelvm
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// VMConfig sizes and bounds one boot.
+type VMConfig struct {
+	MemoryMB int           // DefaultMemoryMB if zero
+	CPUs     int           // DefaultCPUs if zero
+	Timeout  time.Duration // hard limit; qemu's process group is killed after it. 20 minutes if zero.
+	// KernelArgs are appended to the guest kernel command line.
+	KernelArgs []string
+}
+
+// Run is one boot of the lab. Its directory, under the cache directory
+// (never under /tmp, which the guest hides behind its own tmpfs), holds
+// what the guest runs — guest.sh and anything the caller puts there, such
+// as test binaries — and out/, the guest's only writable window to the
+// host, where it leaves its exit status, dmesg and test results. Every run
+// has its own directory and QEMU opens no ports, so several runs may boot
+// at once.
+type Run struct {
+	lab *Lab
+	Dir string
+}
+
+// runsDir holds the runs; directories older than staleRunAge are removed
+// when a new run starts (failed runs are kept for inspection).
+const staleRunAge = 24 * time.Hour
+
+// NewRun creates a fresh run directory.
+func (l *Lab) NewRun() (*Run, error) {
+	runs := filepath.Join(l.CacheDir, "runs")
+	if err := os.MkdirAll(runs, 0o755); err != nil {
+		return nil, &Error{Op: "create run", Path: runs, Err: err}
+	}
+	if ents, err := os.ReadDir(runs); err == nil {
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleRunAge {
+				os.RemoveAll(filepath.Join(runs, e.Name()))
+			}
+		}
+	}
+	dir, err := os.MkdirTemp(runs, "run-")
+	if err != nil {
+		return nil, &Error{Op: "create run", Path: runs, Err: err}
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, &Error{Op: "create run", Path: dir, Err: err}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "out"), 0o755); err != nil {
+		return nil, &Error{Op: "create run", Path: dir, Err: err}
+	}
+	return &Run{lab: l, Dir: dir}, nil
+}
+
+// OutDir is where the guest writes what it hands back.
+func (r *Run) OutDir() string { return filepath.Join(r.Dir, "out") }
+
+// Remove deletes the run directory.
+func (r *Run) Remove() error { return os.RemoveAll(r.Dir) }
+
+// BootOptions says what one boot runs and where its console goes.
+type BootOptions struct {
+	VM VMConfig
+	// Script is the body of guest.sh, run by /bin/sh as root in the
+	// guest's chroot. Its exit status is the boot's.
+	Script string
+	// Interactive connects the guest's serial console to Stdin and Stdout
+	// unfiltered (for a shell); QEMU then owns the terminal and Ctrl-A x
+	// stops the VM.
+	Interactive bool
+	Stdin       io.Reader
+	Stdout      io.Writer // os.Stdout if nil
+	// OnLine, if set, sees every console line of a non-interactive boot,
+	// without its line ending, as it arrives.
+	OnLine func(line string)
+}
+
+// BootResult is what a boot that reached its end reports.
+type BootResult struct {
+	ExitStatus int           // of guest.sh
+	Elapsed    time.Duration // from starting QEMU to QEMU's exit
+}
+
+// Boot boots the guest, runs the script and waits for the guest to power
+// off. It returns an error (and no exit status) when the lab itself failed:
+// QEMU could not start, the guest panicked or the init script gave up,
+// or the timeout expired. The console is also saved as console.log in the
+// run directory.
+func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
+	const op = "boot"
+	vm := o.VM
+	if vm.MemoryMB == 0 {
+		vm.MemoryMB = DefaultMemoryMB
+	}
+	if vm.CPUs == 0 {
+		vm.CPUs = DefaultCPUs
+	}
+	if vm.Timeout == 0 {
+		vm.Timeout = 20 * time.Minute
+	}
+	stdout := o.Stdout
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	script := filepath.Join(r.Dir, "guest.sh")
+	if err := os.WriteFile(script, []byte(o.Script), 0o755); err != nil {
+		return BootResult{}, &Error{Op: op, Path: script, Err: err}
+	}
+	for _, f := range []string{"exit-status", "init-error"} {
+		os.Remove(filepath.Join(r.OutDir(), f))
+	}
+
+	append_ := []string{
+		"console=ttyS0", "quiet", "loglevel=3", "panic=-1",
+		// Spectre/Meltdown mitigations only slow an emulated CPU down.
+		"mitigations=off",
+		"pillar.lab=1", "pillar.run=" + r.Dir,
+	}
+	append_ = append(append_, vm.KernelArgs...)
+	chardev := "stdio,id=con,signal=off"
+	if o.Interactive {
+		chardev += ",mux=on"
+	}
+	args := []string{
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		// TCG: /dev/kvm exists on our machines but runs no guest.
+		"-accel", "tcg", "-cpu", "max",
+		"-m", strconv.Itoa(vm.MemoryMB), "-smp", strconv.Itoa(vm.CPUs),
+		"-kernel", r.lab.Kernel, "-initrd", r.lab.Initramfs,
+		"-append", strings.Join(append_, " "),
+		"-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+		"-virtfs", "local,path=" + qemuEscape(r.OutDir()) + ",mount_tag=labout,security_model=none,multidevs=remap",
+		"-chardev", chardev, "-serial", "chardev:con",
+	}
+	cmd := exec.Command(r.lab.QEMU, args...)
+	console, err := os.Create(filepath.Join(r.Dir, "console.log"))
+	if err != nil {
+		return BootResult{}, &Error{Op: op, Path: r.Dir, Err: err}
+	}
+	defer console.Close()
+
+	var streamed chan struct{}
+	if o.Interactive {
+		// QEMU must stay in the terminal's foreground process group to
+		// read it, so it gets no group of its own; it forks nothing.
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = o.Stdin, io.MultiWriter(stdout, console), os.Stderr
+	} else {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Stdin = nil // /dev/null: nothing types into a test run
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return BootResult{}, &Error{Op: op, Err: err}
+		}
+		cmd.Stdout, cmd.Stderr = pw, pw
+		streamed = make(chan struct{})
+		go func() {
+			defer close(streamed)
+			streamConsole(pr, stdout, console, o.OnLine)
+			pr.Close()
+		}()
+		defer pw.Close()
+	}
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return BootResult{}, &Error{Op: op, Cmd: cmd.Args[:1], Err: err}
+	}
+	if pw, ok := cmd.Stdout.(*os.File); ok && !o.Interactive {
+		pw.Close() // the child holds its own copy; EOF comes when QEMU exits
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(vm.Timeout)
+	defer timer.Stop()
+	var waitErr, killed error
+	select {
+	case waitErr = <-done:
+	case <-timer.C:
+		killed = fmt.Errorf("%w after %v: QEMU killed", ErrTimeout, vm.Timeout)
+	case <-ctx.Done():
+		killed = fmt.Errorf("interrupted: QEMU killed: %w", ctx.Err())
+	}
+	if killed != nil {
+		if o.Interactive {
+			cmd.Process.Kill()
+		} else {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		}
+		<-done
+	}
+	if streamed != nil {
+		<-streamed
+	}
+	res := BootResult{Elapsed: time.Since(start)}
+	if killed != nil {
+		return res, &Error{Op: op, Path: r.Dir, Err: killed}
+	}
+	if b, err := os.ReadFile(filepath.Join(r.OutDir(), "init-error")); err == nil {
+		return res, &Error{Op: op, Path: r.Dir, Err: fmt.Errorf("guest init failed: %s", strings.TrimSpace(string(b)))}
+	}
+	b, err := os.ReadFile(filepath.Join(r.OutDir(), "exit-status"))
+	if err != nil {
+		if waitErr == nil {
+			waitErr = errors.New("guest powered off")
+		}
+		return res, &Error{Op: op, Path: r.Dir, Err: fmt.Errorf("no exit status from the guest (kernel panic or init failure? see console.log): %w", waitErr)}
+	}
+	st, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return res, &Error{Op: op, Path: r.Dir, Err: fmt.Errorf("bad exit status %q: %w", b, err)}
+	}
+	res.ExitStatus = st
+	return res, nil
+}
+
+// streamConsole copies the serial console to out and log line by line,
+// dropping the carriage returns the guest's tty adds.
+func streamConsole(r io.Reader, out, log io.Writer, onLine func(string)) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, err := br.ReadString('\n')
+		if line != "" {
+			line = strings.ReplaceAll(line, "\r", "")
+			io.WriteString(out, line)
+			io.WriteString(log, line)
+			if onLine != nil {
+				onLine(strings.TrimSuffix(line, "\n"))
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// qemuEscape doubles commas, QEMU's escape inside option values.
+func qemuEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+// shellQuote quotes s for /bin/sh.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:+@%") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// guestEnv is the environment every guest script starts with: the chroot
+// inherits only what init had.
+const guestEnv = `export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TMPDIR=/tmp LANG=C.UTF-8 TERM=${TERM:-linux}
+`
+
+// CommandScript returns a guest script that runs argv as root in dir (or
+// / if dir is empty or missing in the guest, such as a host /tmp path).
+func CommandScript(dir string, argv []string) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	b.WriteString(guestEnv)
+	if dir != "" {
+		fmt.Fprintf(&b, "cd %s 2>/dev/null || cd /\n", shellQuote(dir))
+	}
+	b.WriteString("exec")
+	for _, a := range argv {
+		b.WriteString(" " + shellQuote(a))
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// ShellScript returns a guest script for an interactive root shell with job
+// control on the serial console, sized rows x cols if both are positive.
+func ShellScript(dir string, rows, cols int) string {
+	var b strings.Builder
+	b.WriteString("#!/bin/sh\n")
+	b.WriteString(guestEnv)
+	if dir != "" {
+		fmt.Fprintf(&b, "cd %s 2>/dev/null || cd /\n", shellQuote(dir))
+	}
+	if rows > 0 && cols > 0 {
+		fmt.Fprintf(&b, "stty rows %d cols %d </dev/ttyS0\n", rows, cols)
+	}
+	b.WriteString("echo 'pillar-lab: root shell in the guest; exit it to power off (or Ctrl-A x)'\n")
+	// init's stdio is /dev/console, which cannot be a controlling
+	// terminal; give bash ttyS0 as one so that Ctrl-C and job control work.
+	b.WriteString("exec setsid --ctty --wait /bin/bash -i </dev/ttyS0 >/dev/ttyS0 2>&1\n")
+	return b.String()
+}
