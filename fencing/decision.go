@@ -29,7 +29,7 @@ const (
 	// (rules 4, 10, 12 and 15).
 	ReasonLifecycleEnded
 	// ReasonLifecycleReplaced: another lifecycle holds the volume and has
-	// not ended, and the token's lifecycle is not known to this mark
+	// not ended, and the token's lifecycle is not known to have ended
 	// (rule 11).
 	ReasonLifecycleReplaced
 )
@@ -131,12 +131,12 @@ func Decide(cur *Mark, k Kind, tok Token, now time.Time, retired func(uid string
 			next.Phase, next.Generation = PhaseEnded, g
 			next.History = append(next.History, EndedLifecycle{UID: u, At: now})
 			return accept(9, next, true, fmt.Sprintf("lifecycle %q ended at generation %d", u, g))
-		case cur.hasEnded(u):
+		case cur.hasEnded(u) || isRetired():
 			return reject(10, ReasonLifecycleEnded,
 				fmt.Sprintf("lifecycle %q ended; lifecycle %q holds the volume", u, cur.UID))
 		default:
 			return reject(11, ReasonLifecycleReplaced,
-				fmt.Sprintf("lifecycle %q holds the volume and has not ended; %q is not one of its predecessors", cur.UID, u))
+				fmt.Sprintf("lifecycle %q holds the volume and has not ended; %q is not known to have ended before it", cur.UID, u))
 		}
 	case PhaseEnded:
 		switch {

@@ -50,8 +50,8 @@
 //	 7    active(U, G)        u = U, g < G                      STALE_GENERATION      unchanged
 //	 8    active(U, G)        u = U, g >= G, mutate             accept                active(U, g)
 //	 9    active(U, G)        u = U, g >= G, end                accept                ended(U, g), history+U
-//	10    active(U, G)        u != U, u in history              LIFECYCLE_ENDED       unchanged
-//	11    active(U, G)        u != U, u not in history          LIFECYCLE_REPLACED    unchanged
+//	10    active(U, G)        u != U, u in history or retired   LIFECYCLE_ENDED       unchanged
+//	11    active(U, G)        u != U, otherwise                 LIFECYCLE_REPLACED    unchanged
 //	12    ended(U, G)         u = U, mutate                     LIFECYCLE_ENDED       unchanged
 //	13    ended(U, G)         u = U, g < G, end                 STALE_GENERATION      unchanged
 //	14    ended(U, G)         u = U, g >= G, end                accept (end retried)  ended(U, g)
@@ -77,7 +77,7 @@
 // of retired lifecycles, as a 16-byte fingerprint of (volume ID, UID). The
 // guarantee that remains after retirement is exactly the one before: a
 // request from any lifecycle that ever ended on this store is refused, for
-// ever (rules 4 and 15). What retirement gives up is the ended lifecycle's
+// ever (rules 4, 10 and 15). What retirement gives up is the ended lifecycle's
 // generation and the acceptance of its End retries (rule 14): after the
 // grace those are refused with LIFECYCLE_ENDED, which a controller may read
 // as "already deleted". A UID that comes back after its tombstone is retired

@@ -32,7 +32,7 @@ type RetireOptions struct {
 // a retired mark is first written, durably, to the ledger of retired
 // lifecycles, and the mark file is removed only afterwards; a request from
 // any of those lifecycles is refused with LIFECYCLE_ENDED forever (rule 4,
-// or rule 15 once a new lifecycle has ended). What retirement gives up is
+// or rules 10 and 15 once a new lifecycle has begun). What retirement gives up is
 // only what an ended lifecycle can no longer use: its generation, and the
 // acceptance of its End retries after the grace. A new lifecycle for the
 // same volume ID is admitted as for a volume never seen (rule 5), which is
