@@ -76,6 +76,7 @@ verify: tools ## Fail on stale generated files, untidy go.mod/go.sum, unformatte
 
 # Extra flags for `go test`, e.g. make test TESTFLAGS='-run Foo -v'.
 TESTFLAGS ?=
+export PILLAR_FENCING_CRASH_KILLS ?= $(if $(CI),1000,50)
 
 .PHONY: test
 test: $(BIN)/kube-apiserver $(BIN)/etcd ## Run every module's tests (GOWORK=off), including the real API-server suites
