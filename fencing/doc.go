@@ -65,9 +65,10 @@
 // lets a controller retry a DeleteVolume whose storage deletion failed after
 // End; rule 12 keeps every other call of that lifecycle out. Rule 6 matters
 // for a lifecycle whose create never reached the agent: its End still leaves
-// a tombstone, so the create, arriving late, is refused. Rules 1 to 3 are
-// applied by the Store before it reads or decides anything; Decide
-// implements rules 1, 2 and 4 to 17 as a pure function.
+// a tombstone, so the create, arriving late, is refused. The Store applies
+// rules 1 and 2 before it reads the mark, and rule 3 when it reads it;
+// Decide implements rules 1, 2 (for the token and kind) and 4 to 17 as a
+// pure function. No rule depends on the clock.
 //
 // # Retirement
 //
@@ -83,7 +84,9 @@
 // as "already deleted". A UID that comes back after its tombstone is retired
 // finds its fingerprint in the ledger and is refused. The ledger costs
 // 16 bytes per ended lifecycle; a fingerprint collision could only refuse a
-// new lifecycle (fail closed), never admit an old one. The same ledger takes
+// new lifecycle (fail closed), never admit an old one. The grace only
+// decides how long End retries stay idempotent, so a clock that jumps ahead
+// cannot weaken fencing either. The same ledger takes
 // the oldest history entries of a mark that would list more than
 // Options.HistoryLimit ended lifecycles.
 //
@@ -98,7 +101,9 @@
 // version, its volume ID and a CRC-32C; a file that fails to decode is
 // refused (MARK_UNREADABLE) and left untouched: the store fails closed and
 // never treats a damaged mark as "no mark". FileName maps any volume ID
-// (1..128 arbitrary bytes) to a safe, injective and reversible file name.
+// (1..128 arbitrary bytes) to a safe, injective and reversible file name of
+// lower-case letters, digits and "-_.", so no two marks collide even on a
+// case-insensitive filesystem.
 //
 // # Concurrency
 //
