@@ -35,10 +35,15 @@ func run(args []string) error {
 	listenPeer := fs.String("listen-peer-urls", "http://127.0.0.1:0", "comma-separated URLs to serve peers on")
 	noFsync := fs.Bool("unsafe-no-fsync", false, "skip fsync; data may be lost on a crash (tests only)")
 	startTimeout := fs.Duration("start-timeout", time.Minute, "how long to wait for the server to become ready")
+	fs.SetOutput(os.Stdout)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: etcd [flags]")
 		fs.VisitAll(func(f *flag.Flag) {
-			fmt.Fprintf(fs.Output(), "  --%s\n\t%s (default %q)\n", f.Name, f.Usage, f.DefValue)
+			fmt.Fprintf(fs.Output(), "  --%s\n\t%s", f.Name, f.Usage)
+			if f.DefValue != "" {
+				fmt.Fprintf(fs.Output(), " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(fs.Output())
 		})
 	}
 	if err := fs.Parse(args); err != nil {
