@@ -37,8 +37,9 @@ const (
 	crashHistoryLimit      = 2
 
 	// crashMaxDelay bounds the time between the child's "ready" and the
-	// kill; the child makes several requests per millisecond across its
-	// volumes, so kills land at every point of a write.
+	// kill. Each request costs a couple of fsyncs (about a millisecond here)
+	// and six run at once, so kills land at every point of a write; the
+	// test reports how many left a temporary file behind.
 	crashMaxDelay = 20 * time.Millisecond
 
 	// crashChildLifetime ends a child whose parent died before killing it.
