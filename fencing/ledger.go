@@ -86,19 +86,13 @@ func decodeLedger(data []byte) (*ledger, error) {
 	corrupt := func(format string, args ...any) (*ledger, error) {
 		return nil, fmt.Errorf("%w: ledger: %s", ErrCorruptMark, fmt.Sprintf(format, args...))
 	}
-	if len(data) < 4+1+4+4 || string(data[:4]) != ledgerMagic {
-		return corrupt("not a ledger file (bad magic)")
+	payload, err := openEnvelope(data, ledgerMagic, ledgerVersion)
+	if err != nil {
+		return corrupt("%v", err)
 	}
-	if v := data[4]; v != ledgerVersion {
-		return corrupt("unsupported version %d (this build reads version %d)", v, ledgerVersion)
-	}
-	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
-	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return corrupt("checksum mismatch (stored %08x, computed %08x)", sum, got)
-	}
-	r := reader{b: body[5:]}
+	r := reader{b: payload}
 	count := uint64(r.u32())
-	if count*16 != uint64(len(r.b)) {
+	if r.short || count*16 != uint64(len(r.b)) {
 		return corrupt("%d fingerprints announced, %d bytes present", count, len(r.b))
 	}
 	l := &ledger{fps: make([]fingerprint, count)}

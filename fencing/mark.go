@@ -146,17 +146,11 @@ func decodeMark(data []byte) (id string, m *Mark, err error) {
 	if len(data) > maxMarkFileLen {
 		return corrupt("%d bytes, more than a mark can hold (%d)", len(data), maxMarkFileLen)
 	}
-	if len(data) < 4+1+4 || string(data[:4]) != markMagic {
-		return corrupt("not a mark file (bad magic)")
+	payload, err := openEnvelope(data, markMagic, markVersion)
+	if err != nil {
+		return corrupt("%v", err)
 	}
-	if v := data[4]; v != markVersion {
-		return corrupt("unsupported version %d (this build reads version %d)", v, markVersion)
-	}
-	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
-	if got := crc32.Checksum(body, castagnoli); got != sum {
-		return corrupt("checksum mismatch (stored %08x, computed %08x)", sum, got)
-	}
-	r := reader{b: body[5:]}
+	r := reader{b: payload}
 	m = &Mark{Phase: Phase(r.u8())}
 	m.Generation = r.u64()
 	id = r.string8()
@@ -183,6 +177,22 @@ func decodeMark(data []byte) (id string, m *Mark, err error) {
 		return corrupt("%v", err)
 	}
 	return id, m, nil
+}
+
+// openEnvelope checks the frame shared by marks and the ledger (magic,
+// version byte, trailing CRC-32C) and returns the payload between them.
+func openEnvelope(data []byte, magic string, version byte) ([]byte, error) {
+	if len(data) < len(magic)+1+4 || string(data[:len(magic)]) != magic {
+		return nil, fmt.Errorf("bad magic, not a %q file", magic)
+	}
+	if v := data[len(magic)]; v != version {
+		return nil, fmt.Errorf("unsupported version %d (this build reads version %d)", v, version)
+	}
+	body, sum := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
+	if got := crc32.Checksum(body, castagnoli); got != sum {
+		return nil, fmt.Errorf("checksum mismatch (stored %08x, computed %08x)", sum, got)
+	}
+	return body[len(magic)+1:], nil
 }
 
 // validate checks the invariants every stored mark keeps.
