@@ -1,14 +1,25 @@
 // Package api is the root of pillar-csi's contracts between components.
+// Anything two modules must agree on lives in this module, never in a
+// module's internal packages:
 //
-// The module holds the cluster-scoped Pillar* custom resource types (group
-// pillar-csi.io) with their generated deep-copy code and CRD manifests, and
-// the gRPC API that pillar-controller uses to talk to pillar-agent, including
-// the fencing-token message every mutating call carries. Anything two
-// modules must agree on lives here, never in a module's internal packages.
+//   - v1alpha1: the cluster-scoped custom resources of group pillar-csi.io
+//     (PillarAgent, PillarStore, PillarProtocol, PillarStorageClass and the
+//     internal PillarVolumeState), with generated deep-copy code; the CRD
+//     manifests generated from them are in config/crd.
+//   - agent/v1: the gRPC API pillar-controller uses to drive pillar-agent,
+//     generated from agent.proto, with the FencingToken every mutating call
+//     carries and the compatibility policy (agent/v1/COMPATIBILITY.md).
+//   - export: how the NQN, namespace ID, UUID and NGUID of a volume's
+//     NVMe-oF export derive from its volume ID, so the agent that creates an
+//     export and the node that looks for its device agree without talking.
 //
-// Allowed dependencies: the Go standard library, the Kubernetes API machinery
-// needed for CRD types (k8s.io/apimachinery, sigs.k8s.io/controller-runtime
-// for scheme registration), google.golang.org/grpc and
-// google.golang.org/protobuf. No module of this repository depends on api's
-// users; api depends on no other pillar-csi module.
+// `go generate ./...` in this directory (make generate) regenerates the
+// deep-copy code, the CRDs and the protobuf code with the pinned tools of
+// the repository's bin/ directory (controller-gen, buf, protoc-gen-go,
+// protoc-gen-go-grpc).
+//
+// Dependencies of the packages (tests need more): the Go standard library,
+// k8s.io/apimachinery for the resource types, google.golang.org/grpc and
+// google.golang.org/protobuf for the agent API. The export package needs
+// only the standard library. api depends on no other pillar-csi module.
 package api
