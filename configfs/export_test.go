@@ -377,7 +377,8 @@ func TestPortIDCollisionMovesToNextFreeID(t *testing.T) {
 }
 
 func TestPreferredPortIDIsStable(t *testing.T) {
-	if PreferredPortID(tcp4420) != PreferredPortID(tcp4420) ||
+	again := tcp4420
+	if PreferredPortID(tcp4420) != PreferredPortID(again) ||
 		PreferredPortID(tcp4420) == PreferredPortID(tcp4421) {
 		t.Fatal("port IDs are not a function of the address")
 	}

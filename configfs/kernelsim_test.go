@@ -28,8 +28,8 @@ type kernelSim struct {
 	root string // the configfs mount point
 	real realSys
 
-	mu     sync.Mutex // configfs serializes per directory; one lock is enough here
-	ops    []string   // mutating operations, "op path"
+	mu     sync.Mutex                  // configfs serializes per directory; one lock is enough here
+	ops    []string                    // mutating operations, "op path"
 	failAt func(op, path string) error // fault injection: a non-nil errno fails the operation
 }
 
