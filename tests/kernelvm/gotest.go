@@ -39,7 +39,9 @@ type Workspace struct {
 func FindWorkspace(ctx context.Context, dir string) (*Workspace, error) {
 	const op = "find workspace"
 	c := &commander{log: io.Discard}
-	out, err := c.run(ctx, op, cmdOpts{dir: dir, timeout: time.Minute}, "go", "env", "GOWORK")
+	// GOWORK=off in our own environment (make builds us that way) must
+	// not hide the workspace we are asked to search.
+	out, err := c.run(ctx, op, cmdOpts{dir: dir, timeout: time.Minute, env: []string{"GOWORK="}}, "go", "env", "GOWORK")
 	if err != nil {
 		return nil, err
 	}
@@ -212,6 +214,9 @@ type TestReport struct {
 	// first test binary.
 	BootToFirstTest time.Duration
 	Boot            BootResult
+	// Total, if set by the caller, is the whole run's wall time, printed
+	// in the summary.
+	Total time.Duration
 }
 
 // OK reports whether every package passed.
@@ -344,6 +349,10 @@ func (r *TestReport) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "FAIL\t%s [did not run]\n", p.Package.ImportPath)
 		}
 	}
-	fmt.Fprintf(w, "kernel-lab: boot to first test %.1fs, VM %.1fs\n", r.BootToFirstTest.Seconds(), r.Boot.Elapsed.Seconds())
+	fmt.Fprintf(w, "kernel-lab: boot to first test %.1fs, VM %.1fs", r.BootToFirstTest.Seconds(), r.Boot.Elapsed.Seconds())
+	if r.Total > 0 {
+		fmt.Fprintf(w, ", total %.1fs", r.Total.Seconds())
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "kernel-lab: %d passed, %d failed, %d skipped\n", r.Passed, r.Failed, r.Skipped)
 }

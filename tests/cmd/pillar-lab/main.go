@@ -214,9 +214,9 @@ func test(ctx context.Context, o *options, args []string, runRE string) int {
 	}
 	rep, err := lab.RunTests(ctx, pkgs, kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs})
 	if rep != nil {
+		rep.Total = time.Since(start)
 		rep.WriteSummary(os.Stdout)
 	}
-	fmt.Printf("kernel-lab: total %.1fs\n", time.Since(start).Seconds())
 	if err != nil {
 		return fail(err)
 	}

@@ -33,7 +33,8 @@
 //     after (asynchronous scan), named by the subsystem instance, which need
 //     not be N. With native multipath (Debian's default) the block device
 //     is the head node nvmeSnM; its sysfs "uuid" and "nguid" are what the
-//     target set.
+//     target set. The per-path nodes (nvmeScCnM) are listed in /sys/block
+//     with the same uuid but have no /dev node: match only nvmeSnM.
 //   - The target's view of a volume that the initiator wrote through nvmet
 //     may be stale in the target's page cache; flush it (BLKFLSBUF) before
 //     reading the volume back.

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -199,6 +200,11 @@ func (c *controller) disconnect(t testing.TB) {
 	c.Name = ""
 }
 
+// nsHead matches the block devices users open. With native multipath the
+// per-path devices (nvme0c0n1) are in /sys/block too, with the same uuid,
+// but they are hidden: they have no /dev node.
+var nsHead = regexp.MustCompile(`^nvme[0-9]+n[0-9]+$`)
+
 // namespaceByUUID waits for the block device whose namespace UUID is uuid
 // and returns its /dev path. The initiator scans namespaces
 // asynchronously after connecting, and device names follow subsystem
@@ -209,6 +215,9 @@ func namespaceByUUID(t testing.TB, uuid string) string {
 	for {
 		devs, _ := filepath.Glob("/sys/block/nvme*n*")
 		for _, d := range devs {
+			if !nsHead.MatchString(filepath.Base(d)) {
+				continue
+			}
 			b, err := os.ReadFile(filepath.Join(d, "uuid"))
 			if err == nil && strings.EqualFold(strings.TrimSpace(string(b)), uuid) {
 				return "/dev/" + filepath.Base(d)
