@@ -177,3 +177,48 @@ func TestSchemaPatternsMatchExportContract(t *testing.T) {
 		t.Errorf("spec.export.subsystemNQN maxLength %d, api/export allows %d", got, export.MaxNQNLength)
 	}
 }
+
+// The CRDs must install on every Kubernetes release the project supports.
+// CEL functions and rule fields newer than 1.25 make an older API server
+// refuse the CRD (an unknown function fails compilation) or make strict
+// clients refuse it (an unknown field), so none may appear.
+func TestCRDsUseOnlyKubernetes125Validation(t *testing.T) {
+	newer := []string{
+		"isIP(", "ip(", "cidr(", "isCIDR(", "quantity(", "isQuantity(", "format.", "semver(",
+		"isSemver(", ".ip()", "url(", "isURL(", "authorizer", "optional", ".?",
+	}
+	var walk func(name, path string, s apiextensionsv1.JSONSchemaProps)
+	walk = func(name, path string, s apiextensionsv1.JSONSchemaProps) {
+		for _, v := range s.XValidations {
+			if v.MessageExpression != "" || v.Reason != nil || v.FieldPath != "" || v.OptionalOldSelf != nil {
+				t.Errorf("%s %s: rule %q uses messageExpression, reason, fieldPath or optionalOldSelf (newer than Kubernetes 1.25)", name, path, v.Rule)
+			}
+			if v.Message == "" {
+				t.Errorf("%s %s: rule %q has no message", name, path, v.Rule)
+			}
+			for _, f := range newer {
+				if strings.Contains(v.Rule, f) {
+					t.Errorf("%s %s: rule %q uses %q, newer than Kubernetes 1.25", name, path, v.Rule, f)
+				}
+			}
+		}
+		for p, sub := range s.Properties {
+			walk(name, path+"."+p, sub)
+		}
+		if s.Items != nil && s.Items.Schema != nil {
+			walk(name, path+"[]", *s.Items.Schema)
+		}
+		if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+			walk(name, path+"{}", *s.AdditionalProperties.Schema)
+		}
+	}
+	files, err := filepath.Glob(filepath.Join("config", "crd", "*.yaml"))
+	if err != nil || len(files) != 5 {
+		t.Fatalf("config/crd: %v, %v; want the 5 CRDs", files, err)
+	}
+	for _, f := range files {
+		plural := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "pillar-csi.io_"), ".yaml")
+		crd := loadCRD(t, plural)
+		walk(crd.Name, "", *crd.Spec.Versions[0].Schema.OpenAPIV3Schema)
+	}
+}

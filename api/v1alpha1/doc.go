@@ -23,10 +23,13 @@
 // would orphan data on a storage node (the store a volume lives on, its ZFS
 // pool or volume group, the NQN it is exported under) are immutable.
 //
-// The CEL rules use only the functions available since Kubernetes 1.25 (the
-// first release that enforces CRD validation rules by default); on 1.24 the
-// OpenAPI checks (types, ranges, enums, lengths, defaults) still apply but
-// the CEL rules are not enforced.
+// The CEL rules use only what Kubernetes 1.25 offers (the first release
+// that enforces CRD validation rules by default): no isIP() or quantity
+// functions, no messageExpression, reason or fieldPath, any of which would
+// make the CRDs fail to install, or fail strict validation, on older API
+// servers. On 1.24 the OpenAPI checks (types, ranges, enums, lengths,
+// defaults) still apply but the CEL rules are not enforced. A rule on an
+// object (rather than on a field) names its field in its message.
 //
 // +kubebuilder:object:generate=true
 // +groupName=pillar-csi.io

@@ -13,7 +13,7 @@ const DefaultAgentPort = 9420
 // reaches it.
 //
 // +kubebuilder:validation:XValidation:rule="has(self.nodeName) || has(self.address)",message="set nodeName, address or both: the controller needs one of them to reach the agent"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed or removed once set: the volumes of this agent's stores live on that node",fieldPath=".nodeName"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.nodeName) || (has(self.nodeName) && self.nodeName == oldSelf.nodeName)",message="nodeName cannot be changed or removed once set: the volumes of this agent's stores live on that node"
 type PillarAgentSpec struct {
 	// NodeName is the Kubernetes Node the agent runs on, i.e. the storage
 	// node whose disks back this agent's stores. When address is empty the

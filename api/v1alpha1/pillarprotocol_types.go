@@ -19,7 +19,7 @@ const DefaultNVMeOFTCPPort = 4420
 // them. A change applies to volumes created afterwards: each existing volume
 // keeps the export recorded in its PillarVolumeState.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.nvmeofTCP) == (self.type == 'NVMeOFTCP')",message="nvmeofTCP must be set when type is NVMeOFTCP, and only then",fieldPath=".nvmeofTCP"
+// +kubebuilder:validation:XValidation:rule="has(self.nvmeofTCP) == (self.type == 'NVMeOFTCP')",message="nvmeofTCP must be set when type is NVMeOFTCP, and only then"
 type PillarProtocolSpec struct {
 	// Type is the protocol. Only NVMeOFTCP ships today.
 	// +required

@@ -19,8 +19,8 @@ const (
 // PillarStoreSpec is a storage pool on one agent's node. Exactly one of zfs
 // and lvm is set, the one named by type.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.zfs) == (self.type == 'ZFS')",message="zfs must be set when type is ZFS, and only then",fieldPath=".zfs"
-// +kubebuilder:validation:XValidation:rule="has(self.lvm) == (self.type == 'LVM')",message="lvm must be set when type is LVM, and only then",fieldPath=".lvm"
+// +kubebuilder:validation:XValidation:rule="has(self.zfs) == (self.type == 'ZFS')",message="zfs must be set when type is ZFS, and only then"
+// +kubebuilder:validation:XValidation:rule="has(self.lvm) == (self.type == 'LVM')",message="lvm must be set when type is LVM, and only then"
 type PillarStoreSpec struct {
 	// AgentName is the PillarAgent whose node holds the pool. It cannot
 	// change: the store's volumes live on that node.
@@ -44,7 +44,7 @@ type PillarStoreSpec struct {
 
 // ZFSStore places volumes as zvols named <pool>/<parentDataset>/<volume ID>.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.parentDataset) == has(oldSelf.parentDataset) && (!has(self.parentDataset) || self.parentDataset == oldSelf.parentDataset)",message="parentDataset cannot be added, changed or removed: existing zvols live under it",fieldPath=".parentDataset"
+// +kubebuilder:validation:XValidation:rule="has(self.parentDataset) == has(oldSelf.parentDataset) && (!has(self.parentDataset) || self.parentDataset == oldSelf.parentDataset)",message="parentDataset cannot be added, changed or removed: existing zvols live under it"
 type ZFSStore struct {
 	// Pool is the name of an existing zpool. It cannot change: existing
 	// zvols live in it. Pool and parentDataset are short enough that a full
@@ -89,7 +89,7 @@ type ZFSStore struct {
 // (with a thin pool) thin. Neither field can change: existing logical
 // volumes live in them.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.thinPool) == has(oldSelf.thinPool) && (!has(self.thinPool) || self.thinPool == oldSelf.thinPool)",message="thinPool cannot be added, changed or removed: existing logical volumes live in it",fieldPath=".thinPool"
+// +kubebuilder:validation:XValidation:rule="has(self.thinPool) == has(oldSelf.thinPool) && (!has(self.thinPool) || self.thinPool == oldSelf.thinPool)",message="thinPool cannot be added, changed or removed: existing logical volumes live in it"
 type LVMStore struct {
 	// VolumeGroup is the name of an existing LVM volume group.
 	// +required

@@ -29,9 +29,9 @@ const (
 // controller increments with a compare-and-swap on the object's
 // resourceVersion before each publication change.
 //
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.protocolName) || (has(self.protocolName) && self.protocolName == oldSelf.protocolName)",message="protocolName cannot be changed or removed once set",fieldPath=".protocolName"
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.export) || has(self.export)",message="export cannot be removed once recorded: the storage node would keep an export nothing tracks",fieldPath=".export"
-// +kubebuilder:validation:XValidation:rule="!has(self.publications) || size(self.publications) <= 1 || self.publications.all(p, p.accessMode == 'ReadOnlyMany')",message="a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication: the volume can be published read-write to one node only",fieldPath=".publications"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.protocolName) || (has(self.protocolName) && self.protocolName == oldSelf.protocolName)",message="protocolName cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.export) || has(self.export)",message="export cannot be removed once recorded: the storage node would keep an export nothing tracks"
+// +kubebuilder:validation:XValidation:rule="!has(self.publications) || size(self.publications) <= 1 || self.publications.all(p, p.accessMode == 'ReadOnlyMany')",message="a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication: the volume can be published read-write to one node only"
 type PillarVolumeStateSpec struct {
 	// VolumeID is the CSI volume ID, equal to this object's name. It cannot
 	// change.
@@ -93,7 +93,7 @@ type PillarVolumeStateSpec struct {
 // ExportSpec is the NVMe-oF/TCP export of one volume: one subsystem with
 // one namespace, reachable on an nvmet port.
 //
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.subsystemNQN) || (has(self.subsystemNQN) && self.subsystemNQN == oldSelf.subsystemNQN)",message="subsystemNQN cannot be changed or removed once set: the storage node's subsystem and every connected initiator use it",fieldPath=".subsystemNQN"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.subsystemNQN) || (has(self.subsystemNQN) && self.subsystemNQN == oldSelf.subsystemNQN)",message="subsystemNQN cannot be changed or removed once set: the storage node's subsystem and every connected initiator use it"
 type ExportSpec struct {
 	// BindAddress is the address of the nvmet port (addr_traddr).
 	// +required
@@ -180,7 +180,7 @@ type PillarVolumeStateStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,shortName=pvstate,categories=pillar
 // +kubebuilder:subresource:status
-// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.volumeID",message="metadata.name must equal spec.volumeID: there is exactly one PillarVolumeState per volume",fieldPath=".spec.volumeID"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.volumeID",message="metadata.name must equal spec.volumeID: there is exactly one PillarVolumeState per volume"
 // +kubebuilder:printcolumn:name="Store",type=string,JSONPath=`.spec.storeName`
 // +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocolName`,priority=1
 // +kubebuilder:printcolumn:name="Capacity",type=integer,format=int64,JSONPath=`.spec.capacityBytes`

@@ -67,19 +67,19 @@ var rules = []rule{
 		o.Spec.TLS = &v1alpha1.AgentTLS{SecretRef: v1alpha1.SecretReference{Name: "pillar-agent-client"}}
 	}, "spec.tls.secretRef.namespace", "should be at least 1 chars long"),
 	onUpdate("agent nodeName is immutable", agent, func(o pa) { o.Spec.NodeName = "storage-2" },
-		"spec.nodeName", "nodeName cannot be changed or removed once set"),
+		"spec: Invalid value", "nodeName cannot be changed or removed once set"),
 	onUpdate("agent nodeName cannot be removed", agent, func(o pa) { o.Spec.NodeName = "" },
-		"spec.nodeName", "nodeName cannot be changed or removed once set"),
+		"spec: Invalid value", "nodeName cannot be changed or removed once set"),
 
 	// PillarStore
 	onCreate("store type is ZFS or LVM", zfsStore, func(o ps) { o.Spec.Type = "Ceph" },
 		"spec.type", `Unsupported value: "Ceph"`, `supported values: "ZFS", "LVM"`),
 	onCreate("store of type ZFS needs zfs", zfsStore, func(o ps) { o.Spec.ZFS = nil },
-		"spec.zfs", "zfs must be set when type is ZFS, and only then"),
+		"spec: Invalid value", "zfs must be set when type is ZFS, and only then"),
 	onCreate("store of type ZFS refuses lvm", zfsStore, func(o ps) { o.Spec.LVM = &v1alpha1.LVMStore{VolumeGroup: "vg0"} },
-		"spec.lvm", "lvm must be set when type is LVM, and only then"),
+		"spec: Invalid value", "lvm must be set when type is LVM, and only then"),
 	onCreate("store of type LVM needs lvm", lvmStore, func(o ps) { o.Spec.LVM = nil },
-		"spec.lvm", "lvm must be set when type is LVM, and only then"),
+		"spec: Invalid value", "lvm must be set when type is LVM, and only then"),
 	onCreate("store agentName is an object name", zfsStore, func(o ps) { o.Spec.AgentName = "-storage" },
 		"spec.agentName", "must be a Kubernetes object name"),
 	onCreate("zfs pool name", zfsStore, func(o ps) { o.Spec.ZFS.Pool = "1tank" },
@@ -113,19 +113,19 @@ var rules = []rule{
 	onUpdate("zfs pool is immutable", zfsStore, func(o ps) { o.Spec.ZFS.Pool = "tank2" },
 		"spec.zfs.pool", "pool cannot be changed"),
 	onUpdate("zfs parentDataset is immutable", zfsStore, func(o ps) { o.Spec.ZFS.ParentDataset = "other" },
-		"spec.zfs.parentDataset", "parentDataset cannot be added, changed or removed"),
+		"spec.zfs: Invalid value", "parentDataset cannot be added, changed or removed"),
 	onUpdate("zfs parentDataset cannot be removed", zfsStore, func(o ps) { o.Spec.ZFS.ParentDataset = "" },
-		"spec.zfs.parentDataset", "parentDataset cannot be added, changed or removed"),
+		"spec.zfs: Invalid value", "parentDataset cannot be added, changed or removed"),
 	onUpdate("lvm volumeGroup is immutable", lvmStore, func(o ps) { o.Spec.LVM.VolumeGroup = "vg1" },
 		"spec.lvm.volumeGroup", "volumeGroup cannot be changed"),
 	onUpdate("lvm thinPool cannot be removed", lvmStore, func(o ps) { o.Spec.LVM.ThinPool = "" },
-		"spec.lvm.thinPool", "thinPool cannot be added, changed or removed"),
+		"spec.lvm: Invalid value", "thinPool cannot be added, changed or removed"),
 
 	// PillarProtocol
 	onCreate("protocol type", protocol, func(o pp) { o.Spec.Type = "iSCSI" },
 		"spec.type", `Unsupported value: "iSCSI"`, `supported values: "NVMeOFTCP"`),
 	onCreate("protocol NVMeOFTCP needs nvmeofTCP", protocol, func(o pp) { o.Spec.NVMeOFTCP = nil },
-		"spec.nvmeofTCP", "nvmeofTCP must be set when type is NVMeOFTCP, and only then"),
+		"spec: Invalid value", "nvmeofTCP must be set when type is NVMeOFTCP, and only then"),
 	onCreate("protocol bindAddress is required", protocol, func(o pp) { o.Spec.NVMeOFTCP.BindAddress = "" },
 		"spec.nvmeofTCP.bindAddress", "should be at least 2 chars long"),
 	onCreate("protocol bindAddress is an IP address", protocol, func(o pp) { o.Spec.NVMeOFTCP.BindAddress = "storage-1" },
@@ -171,7 +171,7 @@ var rules = []rule{
 
 	// PillarVolumeState
 	onCreate("volume name equals volumeID", volumeState, func(o pvs) { o.Spec.VolumeID = "pvc-other" },
-		"spec.volumeID", "metadata.name must equal spec.volumeID"),
+		"metadata.name must equal spec.volumeID"),
 	onCreate("volumeID form", volumeState, func(o pvs) { o.Name, o.Spec.VolumeID = "pvc.", "pvc." },
 		"spec.volumeID", "must be a pillar-csi volume ID"),
 	onCreate("volumeID length", volumeState, func(o pvs) { o.Name = strings.Repeat("v", 129); o.Spec.VolumeID = o.Name },
@@ -197,7 +197,7 @@ var rules = []rule{
 	onCreate("a writable publication is exclusive", volumeState, func(o pvs) {
 		o.Spec.Publications = append(o.Spec.Publications,
 			v1alpha1.Publication{NodeID: "worker-2", HostNQN: hostB, AccessMode: v1alpha1.AccessReadOnlyMany, ReadOnly: true})
-	}, "spec.publications", "a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication"),
+	}, "spec: Invalid value", "a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication"),
 	onCreate("publicationGeneration is not negative", volumeState, func(o pvs) { o.Spec.PublicationGeneration = -1 },
 		"spec.publicationGeneration", "should be greater than or equal to 0"),
 	onUpdate("volumeID is immutable", volumeState, func(o pvs) { o.Spec.VolumeID = "pvc-renamed" },
@@ -205,14 +205,14 @@ var rules = []rule{
 	onUpdate("volume storeName is immutable", volumeState, func(o pvs) { o.Spec.StoreName = "lvm-vg0" },
 		"spec.storeName", "storeName cannot be changed: the volume's data lives in that store"),
 	onUpdate("volume protocolName is immutable", volumeState, func(o pvs) { o.Spec.ProtocolName = "" },
-		"spec.protocolName", "protocolName cannot be changed or removed once set"),
+		"spec: Invalid value", "protocolName cannot be changed or removed once set"),
 	onUpdate("volume capacity never shrinks", volumeState, func(o pvs) { o.Spec.CapacityBytes-- },
 		"spec.capacityBytes", "capacityBytes cannot shrink"),
 	onUpdate("export cannot be removed", volumeState, func(o pvs) { o.Spec.Export = nil },
-		"spec.export", "export cannot be removed once recorded"),
+		"spec: Invalid value", "export cannot be removed once recorded"),
 	onUpdate("export subsystemNQN is immutable", volumeState, func(o pvs) {
 		o.Spec.Export.SubsystemNQN = "nqn.2026-01.io.pillar-csi:volume:other"
-	}, "spec.export.subsystemNQN", "subsystemNQN cannot be changed or removed once set"),
+	}, "spec.export: Invalid value", "subsystemNQN cannot be changed or removed once set"),
 	onUpdate("publicationGeneration never decreases", volumeState, func(o pvs) { o.Spec.PublicationGeneration = 0 },
 		"spec.publicationGeneration", "publicationGeneration cannot decrease"),
 }
