@@ -232,7 +232,7 @@ func TestRemoveWithHostsAndSharedHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := mustRead(t, fs)
-	if diff := cmp.Diff([]Host{{NQN: hostB, DHCHAPHash: "hmac(sha256)", DHCHAPDHGroup: "null"}}, st.Hosts); diff != "" {
+	if diff := cmp.Diff([]Host{{NQN: hostB}}, st.Hosts); diff != "" {
 		t.Errorf("hosts after removing a (-want +got):\n%s", diff)
 	}
 	checkReadBack(t, fs, b)
@@ -283,7 +283,10 @@ func TestNamespaceChangeDisablesAroundWrites(t *testing.T) {
 
 	e.Namespaces[0].DevicePath = device(t, "other")
 	e.Namespaces[0].ANAGroupID = 1
-	e.Namespaces = append(e.Namespaces, Namespace{NSID: 7, DevicePath: device(t, "seven"), Enabled: true})
+	e.Namespaces = append(e.Namespaces, Namespace{
+		NSID: 7, DevicePath: device(t, "seven"), Enabled: true,
+		DeviceUUID: "6e7a1f0c-9d2b-4f7e-8a8b-000000000007",
+	})
 	mustApply(t, fs, e)
 	ops := sim.mutations()
 	ns1 := "subsystems/" + e.NQN + "/namespaces/1/"
@@ -293,6 +296,7 @@ func TestNamespaceChangeDisablesAroundWrites(t *testing.T) {
 		"write " + ns1 + "enable=1",
 		"mkdir subsystems/" + e.NQN + "/namespaces/7",
 		"write subsystems/" + e.NQN + "/namespaces/7/device_path=" + e.Namespaces[1].DevicePath,
+		"write subsystems/" + e.NQN + "/namespaces/7/device_uuid=" + e.Namespaces[1].DeviceUUID,
 		"write subsystems/" + e.NQN + "/namespaces/7/enable=1",
 	}
 	if diff := cmp.Diff(want, ops); diff != "" {

@@ -1,6 +1,7 @@
 package configfs
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 
 // kernelSim models, on a temporary directory, the few nvmet configfs rules
 // the package relies on, so that Apply and Remove can be unit tested quickly.
-// It is a model, not a proof: every rule here is also exercised against the
-// real kernel by the suite in kerneltest/ (build tag "kernel").
+// It is a model, not a proof: every rule here was observed on Linux 6.1
+// (Debian 6.1.0-57) and is exercised against the real kernel by the suite in
+// kerneltest/ (build tag "kernel"). Defaults follow Debian's configuration:
+// no passthru/ group, no DH-HMAC-CHAP host attributes.
 //
 // Modelled: mkdir creating default attributes and groups; rmdir removing them
 // and refusing with EPERM (default groups), ENOTEMPTY (user children) and
@@ -155,15 +158,17 @@ func (k *kernelSim) mkdir(path string) error {
 			"attr_cntlid_min": "1", "attr_cntlid_max": "65519", "attr_qid_max": "128",
 			"attr_pi_enable": "0",
 		})
-		for _, d := range []string{"namespaces", "allowed_hosts", "passthru"} {
+		// Debian's 6.1 has no CONFIG_NVME_TARGET_PASSTHRU, so no
+		// passthru/ group.
+		for _, d := range []string{"namespaces", "allowed_hosts"} {
 			os.Mkdir(filepath.Join(path, d), 0o755)
 		}
-		k.writeFiles(filepath.Join(path, "passthru"), map[string]string{
-			"device_path": "(null)", "enable": "0", "admin_timeout": "0", "io_timeout": "0", "clear_ids": "0",
-		})
 	case "namespace":
+		// 6.1 stable kernels give a new namespace a random UUID.
+		var u [16]byte
+		rand.Read(u[:])
 		k.writeFiles(path, map[string]string{
-			"device_path": "(null)", "device_uuid": zeroUUID, "device_nguid": zeroUUID,
+			"device_path": "(null)", "device_uuid": formatUUIDBytes(u), "device_nguid": zeroUUID,
 			"ana_grpid": "1", "enable": "0", "buffered_io": "0", "revalidate_size": "",
 		})
 	case "port":
@@ -177,9 +182,8 @@ func (k *kernelSim) mkdir(path string) error {
 		}
 		k.writeFiles(filepath.Join(path, "ana_groups/1"), map[string]string{"ana_state": "optimized"})
 	case "host":
-		k.writeFiles(path, map[string]string{
-			"dhchap_key": "", "dhchap_ctrl_key": "", "dhchap_hash": "hmac(sha256)", "dhchap_dhgroup": "null",
-		})
+		// Without CONFIG_NVME_TARGET_AUTH (Debian's 6.1) a host has no
+		// attributes.
 	}
 	return nil
 }
@@ -354,6 +358,10 @@ func (k *kernelSim) writeAttr(path, value string) error {
 	name := filepath.Base(path)
 	v := strings.TrimSuffix(value, "\n")
 	fail := func(errno syscall.Errno) error { return &Error{Op: "write", Path: path, Err: errno} }
+	if value == "" {
+		// configfs refuses an empty write before the store sees it.
+		return fail(syscall.EFAULT)
+	}
 	switch kind {
 	case "namespace":
 		enabled := k.attr(filepath.Join(filepath.Dir(path), "enable")) == "1"
@@ -392,6 +400,9 @@ func (k *kernelSim) writeAttr(path, value string) error {
 		case "enable":
 			if v == "1" && !enabled {
 				dp := k.attr(filepath.Join(filepath.Dir(path), "device_path"))
+				if dp == "(null)" {
+					return fail(syscall.EINVAL)
+				}
 				if _, err := os.Stat(dp); err != nil {
 					return fail(syscall.ENOENT)
 				}
@@ -401,6 +412,9 @@ func (k *kernelSim) writeAttr(path, value string) error {
 		dir := filepath.Dir(path)
 		switch name {
 		case "attr_allow_any_host":
+			if v != "0" && v != "1" {
+				return fail(syscall.EINVAL)
+			}
 			if v == "1" && len(k.children(filepath.Join(dir, "allowed_hosts"), false)) > 0 {
 				return fail(syscall.EINVAL)
 			}
