@@ -296,6 +296,9 @@ func ShellScript(dir string, rows, cols int) string {
 	b.WriteString("echo 'pillar-lab: root shell in the guest; exit it to power off (or Ctrl-A x)'\n")
 	// init's stdio is /dev/console, which cannot be a controlling
 	// terminal; give bash ttyS0 as one so that Ctrl-C and job control work.
-	b.WriteString("exec setsid --ctty --wait /bin/bash -i </dev/ttyS0 >/dev/ttyS0 2>&1\n")
+	// --norc: a host's ~/.bashrc (pyenv, completion) can take a minute
+	// to run under TCG; "source ~/.bashrc" by hand if it is wanted.
+	b.WriteString("export PS1='\\u@\\h:\\w\\$ '\n")
+	b.WriteString("exec setsid --ctty --wait /bin/bash --norc -i </dev/ttyS0 >/dev/ttyS0 2>&1\n")
 	return b.String()
 }
