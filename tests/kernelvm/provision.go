@@ -52,6 +52,12 @@ func Provision(ctx context.Context, cfg Config) (*Lab, error) {
 	cmd := &commander{log: cfg.Log}
 	p := &provisioner{cfg: cfg, cmd: cmd, apt: &apt{cmd: cmd, cfg: cfg}}
 	start := time.Now()
+	var phases []string
+	mark := time.Now()
+	phase := func(name string) {
+		phases = append(phases, fmt.Sprintf("%s %.1fs", name, time.Since(mark).Seconds()))
+		mark = time.Now()
+	}
 
 	miss, err := p.apt.missing(ctx, HostPackages)
 	if err != nil {
@@ -60,6 +66,7 @@ func Provision(ctx context.Context, cfg Config) (*Lab, error) {
 	if err := p.apt.install(ctx, miss); err != nil {
 		return nil, err
 	}
+	phase("packages")
 	zfsVer, err := p.apt.installedVersion(ctx, "zfsutils-linux")
 	if err != nil {
 		return nil, err
@@ -68,6 +75,7 @@ func Provision(ctx context.Context, cfg Config) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
+	phase("kernel")
 	zfsDir, err := p.zfsModules(ctx, k, zfsVer)
 	if err != nil {
 		return nil, err
@@ -75,10 +83,12 @@ func Provision(ctx context.Context, cfg Config) (*Lab, error) {
 	if err := p.installZFS(ctx, k, zfsDir); err != nil {
 		return nil, err
 	}
+	phase("zfs")
 	initrd, err := p.initramfs(ctx, k, zfsDir)
 	if err != nil {
 		return nil, err
 	}
+	phase("initramfs")
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
 		return nil, &Error{Op: "provision: find qemu", Err: err}
@@ -92,8 +102,8 @@ func Provision(ctx context.Context, cfg Config) (*Lab, error) {
 		Initramfs:     initrd,
 		QEMU:          qemu,
 	}
-	fmt.Fprintf(cfg.Log, "pillar-lab: provisioned kernel %s (%s), ZFS %s in %.1fs\n",
-		lab.KernelRelease, lab.KernelVersion, lab.ZFSVersion, time.Since(start).Seconds())
+	fmt.Fprintf(cfg.Log, "pillar-lab: provisioned kernel %s (%s), ZFS %s in %.1fs (%s)\n",
+		lab.KernelRelease, lab.KernelVersion, lab.ZFSVersion, time.Since(start).Seconds(), strings.Join(phases, ", "))
 	return lab, nil
 }
 
