@@ -198,10 +198,11 @@ type TestOptions struct {
 
 // PackageResult is the outcome of one package's test binary.
 type PackageResult struct {
-	Package TestPackage
-	Passed  bool
-	Ran     bool // the guest started the binary
-	Elapsed time.Duration
+	Package     TestPackage
+	Passed      bool
+	Ran         bool // the guest started the binary
+	BuildFailed bool // go test -c failed; the compiler output went to Stdout
+	Elapsed     time.Duration
 }
 
 // TestReport is the outcome of RunTests.
@@ -253,15 +254,34 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 	if err != nil {
 		return nil, err
 	}
+	// Like go test, a package that does not build fails on its own and
+	// the others still run.
+	rep := &TestReport{}
 	bins := make([]string, len(pkgs))
+	built := 0
 	c := &commander{log: o.Log}
 	for i, p := range pkgs {
-		bins[i] = filepath.Join(run.Dir, "bin", fmt.Sprintf("%02d-%s.test", i, sanitize(strings.ReplaceAll(p.Rel, "/", "-"))))
+		rep.Packages = append(rep.Packages, PackageResult{Package: p})
+		bin := filepath.Join(run.Dir, "bin", fmt.Sprintf("%02d-%s.test", i, sanitize(strings.ReplaceAll(p.Rel, "/", "-"))))
 		fmt.Fprintf(o.Log, "pillar-lab: go test -c -tags %s %s\n", KernelTag, p.ImportPath)
-		if _, err := c.run(ctx, "compile tests", cmdOpts{dir: p.ModuleDir, timeout: 15 * time.Minute, env: []string{"GOWORK=off"}},
-			"go", "test", "-c", "-tags", KernelTag, "-o", bins[i], p.ImportPath); err != nil {
-			return nil, err
+		_, err := c.run(ctx, "compile tests", cmdOpts{dir: p.ModuleDir, timeout: 15 * time.Minute, env: []string{"GOWORK=off"}},
+			"go", "test", "-c", "-tags", KernelTag, "-o", bin, p.ImportPath)
+		if ctx.Err() != nil {
+			run.Remove()
+			return nil, &Error{Op: "compile tests", Path: p.ImportPath, Err: ctx.Err()}
 		}
+		if err != nil {
+			fmt.Fprintf(o.Stdout, "%v\n", err)
+			rep.Packages[i].BuildFailed = true
+			continue
+		}
+		bins[i] = bin
+		built++
+	}
+	if built == 0 {
+		run.Remove()
+		rep.Failed = len(pkgs)
+		return rep, nil
 	}
 
 	var s strings.Builder
@@ -283,6 +303,9 @@ runpkg() {
 	args := []string{"-test.v", "-test.timeout=" + o.PackageTimeout.String()}
 	args = append(args, o.TestArgs...)
 	for i, p := range pkgs {
+		if bins[i] == "" {
+			continue
+		}
 		fmt.Fprintf(&s, "runpkg %d %s %s", i, shellQuote(p.Dir), shellQuote(bins[i]))
 		for _, a := range args {
 			s.WriteString(" " + shellQuote(a))
@@ -291,11 +314,17 @@ runpkg() {
 	}
 	s.WriteString("exit $rc\n")
 
-	rep := &TestReport{}
 	bootStart := time.Now()
+	cur := -1
+	fails := make([]int, len(pkgs)) // top-level FAIL lines per package
 	onLine := func(line string) {
-		if rep.BootToFirstTest == 0 && strings.HasPrefix(line, "pillar-lab: === package ") {
-			rep.BootToFirstTest = time.Since(bootStart)
+		if rest, ok := strings.CutPrefix(line, "pillar-lab: === package "); ok {
+			if rep.BootToFirstTest == 0 {
+				rep.BootToFirstTest = time.Since(bootStart)
+			}
+			if n, err := strconv.Atoi(strings.Fields(rest + " x")[0]); err == nil && n >= 0 && n < len(pkgs) {
+				cur = n
+			}
 		}
 		if m := topLevelResult.FindStringSubmatch(line); m != nil {
 			switch m[1] {
@@ -303,6 +332,9 @@ runpkg() {
 				rep.Passed++
 			case "FAIL":
 				rep.Failed++
+				if cur >= 0 {
+					fails[cur]++
+				}
 			case "SKIP":
 				rep.Skipped++
 			}
@@ -310,8 +342,8 @@ runpkg() {
 	}
 	res, err := run.Boot(ctx, BootOptions{VM: o.VM, Script: s.String(), Stdout: o.Stdout, OnLine: onLine})
 	rep.Boot = res
-	for i, p := range pkgs {
-		pr := PackageResult{Package: p}
+	for i := range pkgs {
+		pr := &rep.Packages[i]
 		if b, rerr := os.ReadFile(filepath.Join(run.OutDir(), fmt.Sprintf("result-%d", i))); rerr == nil {
 			f := strings.Fields(string(b))
 			if len(f) == 3 {
@@ -322,7 +354,12 @@ runpkg() {
 				pr.Elapsed = time.Duration((t1 - t0) * float64(time.Second))
 			}
 		}
-		rep.Packages = append(rep.Packages, pr)
+		// A package that failed without a failing test (it did not build,
+		// crashed in TestMain, or never ran) still counts as one failure,
+		// so the closing line never reads "0 failed" for a failed run.
+		if !pr.Passed && fails[i] == 0 {
+			rep.Failed++
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(o.Log, "pillar-lab: run directory kept: %s\n", run.Dir)
@@ -345,6 +382,8 @@ func (r *TestReport) WriteSummary(w io.Writer) {
 			fmt.Fprintf(w, "ok  \t%s\t%.3fs\n", p.Package.ImportPath, p.Elapsed.Seconds())
 		case p.Ran:
 			fmt.Fprintf(w, "FAIL\t%s\t%.3fs\n", p.Package.ImportPath, p.Elapsed.Seconds())
+		case p.BuildFailed:
+			fmt.Fprintf(w, "FAIL\t%s [build failed]\n", p.Package.ImportPath)
 		default:
 			fmt.Fprintf(w, "FAIL\t%s [did not run]\n", p.Package.ImportPath)
 		}
