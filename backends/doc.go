@@ -1,10 +1,53 @@
-// Package backends defines the volume backend interface of pillar-csi and
-// its implementations: ZFS zvols (thick or sparse) and LVM logical volumes
-// (linear or thin) on a storage node.
+// Package backends defines the volume backend interface of pillar-csi: the
+// contract between the agent and the storage on its node. Its
+// implementations are in the sub-packages zfs (ZFS zvols, thick or sparse)
+// and lvm (LVM logical volumes, linear or thin); both run their tools
+// through the command package.
 //
-// Every external command (zfs, zpool, lvm) runs through one context-aware
-// runner with a timeout, LC_ALL=C, machine-readable output, stderr kept in
-// the error and the whole process group killed on cancel.
+// # Contract
+//
+// A Backend manages the volumes of one store (a ZFS pool and parent dataset,
+// or an LVM volume group and optional thin pool). Every volume carries its
+// volume ID as an ownership mark (a ZFS user property, an LVM tag): List
+// reports only marked volumes, and a Backend never resizes or destroys a
+// volume that is not marked as the one it was asked for.
+//
+// Every method is idempotent, so that a caller may retry after any failure
+// or timeout: Create of an existing volume of the same size succeeds, Delete
+// of a missing volume succeeds, Expand to the current size succeeds.
+// Implementations are safe for concurrent use on different volumes;
+// serialising operations on one volume is the caller's job.
+//
+// Input is validated before any command runs: a volume ID must match
+// VolumeIDPattern and sizes must be positive. Sizes are rounded up to the
+// store's allocation unit (the zvol's volblocksize, the volume group's
+// extent size) and the rounded size is what Create and Expand report.
+//
+// # Errors
+//
+// Methods return *Error, whose chain wraps one of the sentinel errors
+// (ErrInvalidArgument, ErrNotFound, ErrStoreNotFound, ErrConflict,
+// ErrNoSpace, ErrShrink, ErrBusy) and, when a tool failed, the
+// *command.Error with its exit code and standard error. Callers map the
+// sentinels to their own protocol (gRPC codes in the agent) with errors.Is.
+//
+// # Capacity and overcommit
+//
+// Capacity reports the store's physical size and the space still available
+// for new volumes. For a thick store (linear LVs, zvols with a
+// refreservation) available is what the tools report as free: the tools
+// themselves refuse a volume that does not fit. A thin store (an LVM thin
+// pool, sparse zvols) promises every volume its full size without
+// reserving it, and the overcommit rule is:
+//
+//	available = ratio × physical size − promised
+//
+// where promised counts every thin volume at its full virtual size and
+// everything else (thick volumes, other data) at what it uses, and ratio is
+// the store's overcommit ratio, 1 unless configured (no overcommit: every
+// thin volume can be filled completely at once). A thin Create or Expand
+// that would take available below zero fails with ErrNoSpace, so that
+// GetCapacity and provisioning agree.
 //
 // Allowed dependencies: the Go standard library and golang.org/x/sys. No
 // Kubernetes and no gRPC: callers map backend errors to their own protocol.

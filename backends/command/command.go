@@ -1,0 +1,119 @@
+package command
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Runner runs an external command and returns its standard output.
+//
+// A command that could not be started, exited with a non-zero status or was
+// killed returns an *Error (possibly wrapped); its standard output up to that
+// point is returned as well.
+type Runner interface {
+	Run(ctx context.Context, name string, args ...string) ([]byte, error)
+}
+
+// DefaultTimeout bounds a command when Exec.Timeout is zero. Storage
+// commands normally take well under a second; ZFS waits for transaction
+// groups to sync and LVM for its locks, which on a loaded node can take
+// tens of seconds.
+const DefaultTimeout = 2 * time.Minute
+
+// MaxStderr is how much of a command's standard error an *Error keeps.
+const MaxStderr = 64 << 10
+
+// killGrace is how long Wait waits for the output pipes after the process
+// group was killed: a descendant that left the group may still hold them.
+const killGrace = 5 * time.Second
+
+// Exec runs commands on this machine. The zero value is ready to use.
+type Exec struct {
+	// Timeout bounds every command; DefaultTimeout if zero. An earlier
+	// deadline of the caller's context wins.
+	Timeout time.Duration
+}
+
+// Run runs name with args; see the package documentation.
+func (e Exec) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	timeout := e.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	cmd := exec.CommandContext(ctx, name, args...)
+	// Later entries win: LC_ALL overrides LANG and any LC_* of ours.
+	cmd.Env = append(cmd.Environ(), "LC_ALL=C")
+	setProcessGroup(cmd)
+	cmd.WaitDelay = killGrace
+	var stdout bytes.Buffer
+	stderr := &limitedBuffer{max: MaxStderr}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+
+	err := cmd.Run()
+	if err == nil {
+		return stdout.Bytes(), nil
+	}
+	cerr := &Error{Cmd: cmd.Args, ExitCode: -1, Stderr: stderr.String(), Err: err}
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) && ee.Exited() {
+		cerr.ExitCode = ee.ExitCode()
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		// The process was killed because of the context: say so, and let
+		// errors.Is(err, context.DeadlineExceeded) work.
+		cerr.Err = errors.Join(err, ctxErr)
+	}
+	return stdout.Bytes(), cerr
+}
+
+// Error is a command that failed.
+type Error struct {
+	Cmd      []string // the command line
+	ExitCode int      // the exit status, or -1 if it did not exit (killed, not started)
+	Stderr   string   // standard error, at most MaxStderr bytes
+	Err      error    // *exec.ExitError, exec.ErrNotFound, ... and the context's error if it ended the command
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%s: %v", strings.Join(e.Cmd, " "), e.Err)
+	if s := strings.TrimSpace(e.Stderr); s != "" {
+		msg += ": " + strings.Join(strings.Fields(s), " ")
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// limitedBuffer keeps the first max bytes written to it and discards the
+// rest, while reporting every write as complete so the child never blocks
+// or fails on a full pipe.
+type limitedBuffer struct {
+	buf       bytes.Buffer
+	max       int
+	truncated bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); room < len(p) {
+		b.truncated = true
+		if room > 0 {
+			b.buf.Write(p[:room])
+		}
+		return len(p), nil
+	}
+	return b.buf.Write(p)
+}
+
+func (b *limitedBuffer) String() string {
+	if b.truncated {
+		return b.buf.String() + "\n[standard error truncated]"
+	}
+	return b.buf.String()
+}

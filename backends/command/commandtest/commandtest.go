@@ -1,0 +1,182 @@
+// Package commandtest provides a command.Runner for unit tests: it checks every
+// command line against a script and answers with recorded output, usually
+// output captured from the real tools in the kernel lab.
+//
+// A capture is a text file: free text (how and where it was captured),
+// then the sections "-- argv --" (one argument per line), "-- exit --",
+// "-- stdout --" and "-- stderr --". The kernel suites of the tests module
+// write them (tests/kernel/backends, flag -backends.capture).
+package commandtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pillar-csi/pillar-csi/backends/command"
+)
+
+// Step is one expected command and its answer.
+type Step struct {
+	Argv     []string // name and arguments
+	ExitCode int
+	Stdout   string
+	Stderr   string
+	Source   string // the capture file, for messages
+}
+
+// Runner replays its steps in order. Any other command fails the test.
+type Runner struct {
+	t     testing.TB
+	mu    sync.Mutex
+	steps []Step
+	calls [][]string
+}
+
+// New returns a Runner expecting steps, in order. At the end of the test it
+// fails the test if a step was not run.
+func New(t testing.TB, steps ...Step) *Runner {
+	t.Helper()
+	r := &Runner{t: t, steps: steps}
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, s := range r.steps {
+			t.Errorf("expected command not run: %s (%s)", strings.Join(s.Argv, " "), s.Source)
+		}
+	})
+	return r
+}
+
+// Replay returns a Runner expecting the captures PREFIX.1.txt,
+// PREFIX.2.txt, ... in that order.
+func Replay(t testing.TB, prefix string) *Runner {
+	t.Helper()
+	return New(t, Captures(t, prefix)...)
+}
+
+// Captures loads PREFIX.1.txt, PREFIX.2.txt, ... up to the first missing
+// number. It fails the test if there is none.
+func Captures(t testing.TB, prefix string) []Step {
+	t.Helper()
+	var steps []Step
+	for i := 1; ; i++ {
+		path := prefix + "." + strconv.Itoa(i) + ".txt"
+		if _, err := os.Stat(path); os.IsNotExist(err) {
+			break
+		}
+		steps = append(steps, Load(t, path))
+	}
+	if len(steps) == 0 {
+		t.Fatalf("commandtest: no captures %s.N.txt", prefix)
+	}
+	return steps
+}
+
+// Load reads one capture file.
+func Load(t testing.TB, path string) Step {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("commandtest: %v", err)
+	}
+	s, err := Parse(string(b))
+	if err != nil {
+		t.Fatalf("commandtest: %s: %v", path, err)
+	}
+	s.Source = filepath.ToSlash(path)
+	return s
+}
+
+// Parse reads the text of a capture.
+func Parse(text string) (Step, error) {
+	sections := map[string]string{}
+	var cur string
+	var seen []string
+	for line := range strings.Lines(text) {
+		trimmed := strings.TrimSuffix(line, "\n")
+		if name, ok := strings.CutPrefix(trimmed, "-- "); ok && strings.HasSuffix(name, " --") {
+			cur = strings.TrimSuffix(name, " --")
+			seen = append(seen, cur)
+			continue
+		}
+		if cur != "" {
+			sections[cur] += line
+		}
+	}
+	if want := []string{"argv", "exit", "stdout", "stderr"}; !slices.Equal(seen, want) {
+		return Step{}, fmt.Errorf("sections %q, want %q", seen, want)
+	}
+	code, err := strconv.Atoi(strings.TrimSpace(sections["exit"]))
+	if err != nil {
+		return Step{}, fmt.Errorf("exit status: %w", err)
+	}
+	return Step{
+		Argv:     strings.Split(strings.TrimSuffix(sections["argv"], "\n"), "\n"),
+		ExitCode: code,
+		Stdout:   sections["stdout"],
+		Stderr:   sections["stderr"],
+	}, nil
+}
+
+// Format renders a capture; Parse(Format(...)) returns the step. Output
+// without a final newline gets one, which the tools' parsers ignore.
+func Format(comment string, s Step) string {
+	var b strings.Builder
+	b.WriteString(comment)
+	if comment != "" && !strings.HasSuffix(comment, "\n") {
+		b.WriteByte('\n')
+	}
+	section := func(name, body string) {
+		b.WriteString("-- " + name + " --\n" + body)
+		if body != "" && !strings.HasSuffix(body, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	section("argv", strings.Join(s.Argv, "\n"))
+	section("exit", strconv.Itoa(s.ExitCode))
+	section("stdout", s.Stdout)
+	section("stderr", s.Stderr)
+	return b.String()
+}
+
+// Run implements command.Runner.
+func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	r.t.Helper()
+	argv := append([]string{name}, args...)
+	r.mu.Lock()
+	r.calls = append(r.calls, argv)
+	if len(r.steps) == 0 {
+		r.mu.Unlock()
+		r.t.Errorf("unexpected command: %s", strings.Join(argv, " "))
+		return nil, fmt.Errorf("commandtest: unexpected command %q", argv)
+	}
+	s := r.steps[0]
+	r.steps = r.steps[1:]
+	r.mu.Unlock()
+	if !slices.Equal(argv, s.Argv) {
+		r.t.Errorf("command\n\t%q\nwant (%s)\n\t%q", argv, s.Source, s.Argv)
+		return nil, fmt.Errorf("commandtest: unexpected command %q", argv)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, &command.Error{Cmd: argv, ExitCode: -1, Err: err}
+	}
+	if s.ExitCode != 0 {
+		return []byte(s.Stdout), &command.Error{Cmd: argv, ExitCode: s.ExitCode, Stderr: s.Stderr,
+			Err: fmt.Errorf("exit status %d", s.ExitCode)}
+	}
+	return []byte(s.Stdout), nil
+}
+
+// Calls returns the command lines run so far.
+func (r *Runner) Calls() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}

@@ -1,0 +1,75 @@
+package backends
+
+import "errors"
+
+// Sentinel errors. Every *Error wraps exactly one of them; test with
+// errors.Is or the Is* helpers.
+var (
+	// ErrInvalidArgument: bad input, refused before any command ran (an
+	// invalid volume ID, a size that is not positive, a bad configuration),
+	// or refused by the tool as invalid.
+	ErrInvalidArgument = errors.New("invalid argument")
+	// ErrNotFound: no volume is owned by the ID.
+	ErrNotFound = errors.New("volume not found")
+	// ErrStoreNotFound: the pool, parent dataset, volume group or thin
+	// pool the backend was configured with does not exist.
+	ErrStoreNotFound = errors.New("store not found")
+	// ErrConflict: the volume exists with another size, or its name is
+	// taken by a volume the ID does not own.
+	ErrConflict = errors.New("conflict with an existing volume")
+	// ErrNoSpace: the store cannot hold the volume (or the growth).
+	ErrNoSpace = errors.New("no space in store")
+	// ErrShrink: an Expand asked for less than the current size.
+	ErrShrink = errors.New("volumes cannot shrink")
+	// ErrBusy: the volume is open (exported, mounted) and cannot be
+	// destroyed.
+	ErrBusy = errors.New("volume busy")
+)
+
+// Error is the one error type of the backends. Op is the Backend method
+// ("create", "delete", ...), Volume the volume ID (empty for store-wide
+// operations), Store the backend's store (a pool/dataset or VG[/thinpool]),
+// and Err the cause: a chain holding one sentinel and, when a command
+// failed, its *command.Error.
+type Error struct {
+	Op     string
+	Store  string
+	Volume string
+	Err    error
+}
+
+func (e *Error) Error() string {
+	s := "backends: " + e.Op
+	if e.Store != "" {
+		s += " in " + e.Store
+	}
+	if e.Volume != "" {
+		s += " volume " + e.Volume
+	}
+	return s + ": " + e.Err.Error()
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// IsNotFound reports whether err says that no volume is owned by the ID.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// IsConflict reports whether err says that the volume exists with another
+// size or its name is taken by a volume the ID does not own.
+func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
+
+// IsNoSpace reports whether err says that the store cannot hold a volume.
+func IsNoSpace(err error) bool { return errors.Is(err, ErrNoSpace) }
+
+// IsInvalidArgument reports whether err rejects its input.
+func IsInvalidArgument(err error) bool { return errors.Is(err, ErrInvalidArgument) }
+
+// IsStoreNotFound reports whether err says that the configured pool, dataset,
+// volume group or thin pool does not exist.
+func IsStoreNotFound(err error) bool { return errors.Is(err, ErrStoreNotFound) }
+
+// IsShrink reports whether err refuses to shrink a volume.
+func IsShrink(err error) bool { return errors.Is(err, ErrShrink) }
+
+// IsBusy reports whether err says that the volume is open.
+func IsBusy(err error) bool { return errors.Is(err, ErrBusy) }

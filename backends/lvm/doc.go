@@ -1,0 +1,45 @@
+// Package lvm is the LVM backend: every volume is a logical volume in one
+// volume group, linear (allocated from the group) or thin (in a thin pool).
+// All commands go through the lvm binary with JSON reports
+// (--reportformat json --units b --nosuffix).
+//
+// Naming and ownership: a volume's LV is named after its ID when LVM
+// accepts that name (see LVName), and carries the tag TagPrefix+ID, which
+// is what makes it ours; List reports only tagged LVs. Volume IDs use
+// only characters that LVM allows in tags on every release ([a-z0-9.-]), so
+// the ID is the tag's suffix as it is.
+//
+// Behaviour of LVM 2.03 that this package relies on, each proven in the
+// kernel lab (tests/kernel/backends) and replayed from captured output in
+// the unit tests:
+//
+//   - Without udev, LVM must be told not to wait for udev and to create
+//     its /dev/mapper nodes itself: every command gets --config with
+//     Config (activation udev_sync=0 udev_rules=0, device list not from
+//     udev). With udev sync on, lvcreate waits for events that never come
+//     and fails with "device not cleared".
+//   - The device node is /dev/mapper/VG-LV (hyphens doubled), made by
+//     libdevmapper when udev_rules=0; LVM reports it as lv_dm_path. It is
+//     gone while the LV is inactive (for example after a reboot with
+//     activation skipped), and a node removed by someone else is made
+//     again by lvm vgmknodes. DevicePath handles both.
+//   - Sizes in bytes must be multiples of 512 ("Size is not a multiple of
+//     512", exit status 3); LV sizes, thin ones included, are rounded up to
+//     the extent size. The backend rounds to the extent size itself and so
+//     knows and reports the size.
+//   - lvcreate refuses names starting with "snapshot" or "pvmove", and any
+//     LV whose device-mapper name ("VG-LV" with every '-' doubled) exceeds
+//     127 bytes; LVName falls back to a hashed name for those IDs.
+//   - lvcreate of a thin LV larger than its pool only warns (overcommit):
+//     the backend's admission rule (package backends) is what limits it.
+//   - lvextend to the current size fails ("matches existing size", exit 5)
+//     and refuses to shrink ("not larger than existing size"); the backend
+//     compares sizes first.
+//   - lvremove of an open LV fails with "in use" (exit 5): ErrBusy.
+//   - A missing VG ("Volume group "x" not found") and a missing LV
+//     ("Failed to find logical volume") are told apart by the message;
+//     both exit with status 5, which LVM uses for most failures.
+//   - --yes answers every prompt and --wipesignatures y wipes any old
+//     signature on a new linear LV without asking; a thin LV's unwritten
+//     blocks read as zeroes, so it has nothing to wipe.
+package lvm

@@ -1,0 +1,386 @@
+package lvm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
+)
+
+// Backend is an LVM store. It is safe for concurrent use; see the package
+// backends documentation for the contract.
+type Backend struct {
+	vg       string
+	thinPool string // "" for linear volumes
+	store    string // vg or vg/thinpool, for errors
+	ratio    float64
+	run      command.Runner
+
+	// admit serialises the admission check and the change of thin creates
+	// and expansions, so that two of them cannot both fit into the same
+	// available space. Linear LVs are admitted by LVM itself.
+	admit sync.Mutex
+}
+
+var _ backends.Backend = (*Backend)(nil)
+
+// lvm runs `lvm CMD --config LVMConfig ARGS...`.
+func (b *Backend) lvm(ctx context.Context, cmd string, args ...string) ([]byte, error) {
+	return b.run.Run(ctx, "lvm", append([]string{cmd, "--config", LVMConfig}, args...)...)
+}
+
+// report runs a JSON report command (lvs, vgs) with byte units.
+func (b *Backend) report(ctx context.Context, cmd, fields, target string) ([]byte, error) {
+	return b.lvm(ctx, cmd, "--reportformat", "json", "--units", "b", "--nosuffix", "-o", fields, target)
+}
+
+func (b *Backend) volume(id string, l *lv) *backends.Volume {
+	return &backends.Volume{ID: id, Name: b.vg + "/" + l.name, SizeBytes: l.size, Thin: l.thinVolume()}
+}
+
+// Create implements backends.Backend.
+func (b *Backend) Create(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	v, err := b.create(ctx, id, sizeBytes)
+	return v, errs.Wrap("create", b.store, id, err)
+}
+
+func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	if err := backends.ValidateVolumeID(id); err != nil {
+		return nil, err
+	}
+	if sizeBytes <= 0 {
+		return nil, errs.New(backends.ErrInvalidArgument, nil, "size %d bytes: must be positive", sizeBytes)
+	}
+	name := LVName(b.vg, id)
+	var args []string
+	var size int64
+	if b.thinPool == "" {
+		out, err := b.report(ctx, "vgs", vgFields, b.vg)
+		if err != nil {
+			return nil, classify(err)
+		}
+		g, err := parseVG(out)
+		if err != nil {
+			return nil, err
+		}
+		if size, err = backends.RoundUp(sizeBytes, g.extentSize); err != nil {
+			return nil, err
+		}
+		args = []string{"--yes", "--wipesignatures", "y", "--zero", "y", "--activate", "y", "--setactivationskip", "n",
+			"--name", name, "--addtag", TagPrefix + id, "--size", sizeArg(size), b.vg}
+	} else {
+		b.admit.Lock()
+		defer b.admit.Unlock()
+		lvs, pool, err := b.listPool(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if size, err = backends.RoundUp(sizeBytes, pool.extentSize); err != nil {
+			return nil, err
+		}
+		// The listing shows a retried Create's volume: no admission for it.
+		for i := range lvs {
+			if lvs[i].name == name {
+				return b.same(id, &lvs[i], size)
+			}
+		}
+		if avail := b.thinAvailable(lvs, pool); size > avail {
+			return nil, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available in thin pool %s under overcommit ratio %g", size, avail, b.store, b.ratio)
+		}
+		args = []string{"--yes", "--activate", "y", "--setactivationskip", "n", "--type", "thin",
+			"--name", name, "--addtag", TagPrefix + id, "--virtualsize", sizeArg(size), "--thinpool", b.thinPool, b.vg}
+	}
+	_, err := b.lvm(ctx, "lvcreate", args...)
+	switch {
+	case err == nil:
+		return &backends.Volume{ID: id, Name: b.vg + "/" + name, SizeBytes: size, Thin: b.thinPool != ""}, nil
+	case errs.StderrContains(err, "already exists in volume group"):
+		l, err := b.get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		return b.same(id, l, size)
+	case errs.StderrContains(err, "insufficient free space", "Insufficient free space"):
+		return nil, errs.New(backends.ErrNoSpace, err, "volume group %s", b.vg)
+	}
+	return nil, classify(err)
+}
+
+// same returns the existing volume l if it is owned by id and has size
+// bytes, and ErrConflict otherwise.
+func (b *Backend) same(id string, l *lv, size int64) (*backends.Volume, error) {
+	if err := b.owned(id, l); err != nil {
+		return nil, err
+	}
+	if l.size != size {
+		return nil, errs.New(backends.ErrConflict, nil, "%s/%s exists with %d bytes, %d requested", b.vg, l.name, l.size, size)
+	}
+	return b.volume(id, l), nil
+}
+
+func (b *Backend) owned(id string, l *lv) error {
+	if l.owner() != id {
+		return errs.New(backends.ErrConflict, nil, "%s/%s exists and is not owned by volume %s (no tag %s%s)", b.vg, l.name, id, TagPrefix, id)
+	}
+	return nil
+}
+
+// listPool lists the volume group's LVs and finds the thin pool among them.
+func (b *Backend) listPool(ctx context.Context) ([]lv, *lv, error) {
+	out, err := b.report(ctx, "lvs", lvFields, b.vg)
+	if err != nil {
+		return nil, nil, classify(err)
+	}
+	lvs, err := parseLVs(out)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range lvs {
+		if lvs[i].name == b.thinPool {
+			if !lvs[i].thinPool() {
+				return nil, nil, errs.New(backends.ErrStoreNotFound, nil, "%s is not a thin pool (lv_attr %s)", b.store, lvs[i].attr)
+			}
+			return lvs, &lvs[i], nil
+		}
+	}
+	return nil, nil, errs.New(backends.ErrStoreNotFound, nil, "thin pool %s not found", b.store)
+}
+
+// thinAvailable applies the overcommit rule: every thin LV in the pool,
+// owned or not, is promised its full virtual size.
+func (b *Backend) thinAvailable(lvs []lv, pool *lv) int64 {
+	var promised int64
+	for _, l := range lvs {
+		if l.poolLV == b.thinPool && l.thinVolume() {
+			promised += l.size
+		}
+	}
+	return backends.Available(pool.size, promised, b.ratio)
+}
+
+// Get implements backends.Backend.
+func (b *Backend) Get(ctx context.Context, id string) (*backends.Volume, error) {
+	l, err := b.get(ctx, id)
+	if err != nil {
+		return nil, errs.Wrap("get", b.store, id, err)
+	}
+	return b.volume(id, l), nil
+}
+
+// get returns the LV of volume id, checking its ownership.
+func (b *Backend) get(ctx context.Context, id string) (*lv, error) {
+	if err := backends.ValidateVolumeID(id); err != nil {
+		return nil, err
+	}
+	name := LVName(b.vg, id)
+	out, err := b.report(ctx, "lvs", lvFields, b.vg+"/"+name)
+	if errs.StderrContains(err, "Failed to find logical volume") {
+		return nil, errs.New(backends.ErrNotFound, nil, "%s/%s does not exist", b.vg, name)
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	lvs, err := parseLVs(out)
+	if err != nil {
+		return nil, err
+	}
+	if len(lvs) != 1 || lvs[0].name != name {
+		return nil, fmt.Errorf("lvs %s/%s: unexpected report %q", b.vg, name, out)
+	}
+	if err := b.owned(id, &lvs[0]); err != nil {
+		return nil, err
+	}
+	return &lvs[0], nil
+}
+
+// Delete implements backends.Backend.
+func (b *Backend) Delete(ctx context.Context, id string) error {
+	return errs.Wrap("delete", b.store, id, b.delete(ctx, id))
+}
+
+func (b *Backend) delete(ctx context.Context, id string) error {
+	l, err := b.get(ctx, id)
+	if backends.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = b.lvm(ctx, "lvremove", "--yes", b.vg+"/"+l.name)
+	switch {
+	case err == nil, errs.StderrContains(err, "Failed to find logical volume"):
+		return nil
+	case errs.StderrContains(err, " in use", "open logical volume"):
+		return errs.New(backends.ErrBusy, err, "%s/%s is open", b.vg, l.name)
+	}
+	return classify(err)
+}
+
+// Expand implements backends.Backend.
+func (b *Backend) Expand(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	v, err := b.expand(ctx, id, sizeBytes)
+	return v, errs.Wrap("expand", b.store, id, err)
+}
+
+func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	if err := backends.ValidateVolumeID(id); err != nil {
+		return nil, err
+	}
+	if sizeBytes <= 0 {
+		return nil, errs.New(backends.ErrInvalidArgument, nil, "size %d bytes: must be positive", sizeBytes)
+	}
+	l, err := b.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	size, err := backends.RoundUp(sizeBytes, l.extentSize)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case size < l.size:
+		return nil, errs.New(backends.ErrShrink, nil, "%s/%s has %d bytes, %d requested", b.vg, l.name, l.size, size)
+	case size == l.size:
+		return b.volume(id, l), nil
+	}
+	if l.thinVolume() {
+		b.admit.Lock()
+		defer b.admit.Unlock()
+		lvs, pool, err := b.listPool(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if grow, avail := size-l.size, b.thinAvailable(lvs, pool); grow > avail {
+			return nil, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available in thin pool %s under overcommit ratio %g", grow, avail, b.store, b.ratio)
+		}
+	}
+	_, err = b.lvm(ctx, "lvextend", "--size", sizeArg(size), b.vg+"/"+l.name)
+	switch {
+	case err == nil, errs.StderrContains(err, "matches existing size"):
+		l.size = size
+		return b.volume(id, l), nil
+	case errs.StderrContains(err, "not larger than existing size"):
+		return nil, errs.New(backends.ErrShrink, err, "%s/%s grew meanwhile", b.vg, l.name)
+	case errs.StderrContains(err, "insufficient free space", "Insufficient free space"):
+		return nil, errs.New(backends.ErrNoSpace, err, "volume group %s", b.vg)
+	}
+	return nil, classify(err)
+}
+
+// List implements backends.Backend.
+func (b *Backend) List(ctx context.Context) ([]backends.Volume, error) {
+	vs, err := b.list(ctx)
+	return vs, errs.Wrap("list", b.store, "", err)
+}
+
+func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
+	out, err := b.report(ctx, "lvs", lvFields, b.vg)
+	if err != nil {
+		return nil, classify(err)
+	}
+	lvs, err := parseLVs(out)
+	if err != nil {
+		return nil, err
+	}
+	vs := []backends.Volume{}
+	for i := range lvs {
+		// Owned: the tag holds a volume ID, and it is the ID the LV is
+		// named after (a renamed LV is not ours).
+		id := lvs[i].owner()
+		if backends.ValidateVolumeID(id) == nil && lvs[i].name == LVName(b.vg, id) {
+			vs = append(vs, *b.volume(id, &lvs[i]))
+		}
+	}
+	slices.SortFunc(vs, func(a, b backends.Volume) int { return strings.Compare(a.ID, b.ID) })
+	return vs, nil
+}
+
+// Capacity implements backends.Backend.
+func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
+	c, err := b.capacity(ctx)
+	return c, errs.Wrap("capacity", b.store, "", err)
+}
+
+func (b *Backend) capacity(ctx context.Context) (*backends.Capacity, error) {
+	if b.thinPool != "" {
+		lvs, pool, err := b.listPool(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &backends.Capacity{TotalBytes: pool.size, AvailableBytes: b.thinAvailable(lvs, pool)}, nil
+	}
+	out, err := b.report(ctx, "vgs", vgFields, b.vg)
+	if err != nil {
+		return nil, classify(err)
+	}
+	g, err := parseVG(out)
+	if err != nil {
+		return nil, err
+	}
+	return &backends.Capacity{TotalBytes: g.size, AvailableBytes: g.free}, nil
+}
+
+// DevicePath implements backends.Backend.
+func (b *Backend) DevicePath(ctx context.Context, id string) (string, error) {
+	p, err := b.devicePath(ctx, id)
+	return p, errs.Wrap("device path", b.store, id, err)
+}
+
+// devicePath returns lv_dm_path once it is the LV's device: the LV is
+// activated if it is not, and a missing or stale node is made again.
+func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
+	l, err := b.get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	target := b.vg + "/" + l.name
+	if l.major < 0 {
+		if _, err := b.lvm(ctx, "lvchange", "--activate", "y", target); err != nil {
+			return "", classify(err)
+		}
+		if l, err = b.get(ctx, id); err != nil {
+			return "", err
+		}
+		if l.major < 0 {
+			return "", fmt.Errorf("%s is still inactive after lvchange --activate y", target)
+		}
+	}
+	if err := checkNode(l.dmPath, l.major, l.minor); err == nil {
+		return l.dmPath, nil
+	}
+	if _, err := b.lvm(ctx, "vgmknodes", target); err != nil {
+		return "", classify(err)
+	}
+	if err := checkNode(l.dmPath, l.major, l.minor); err != nil {
+		return "", fmt.Errorf("after vgmknodes: %w", err)
+	}
+	return l.dmPath, nil
+}
+
+// sizeArg renders a size for --size and --virtualsize ("b": bytes).
+func sizeArg(n int64) string { return strconv.FormatInt(n, 10) + "b" }
+
+// classify maps an lvm failure that the operation did not handle itself to
+// a sentinel.
+func classify(err error) error {
+	ce := errs.Command(err)
+	switch {
+	case ce == nil:
+		return err
+	case strings.Contains(ce.Stderr, "Volume group \"") && strings.Contains(ce.Stderr, "\" not found"):
+		return errs.New(backends.ErrStoreNotFound, err, "volume group missing")
+	case strings.Contains(ce.Stderr, "Pool ") && strings.Contains(ce.Stderr, " not found in Volume group"):
+		return errs.New(backends.ErrStoreNotFound, err, "thin pool missing")
+	case strings.Contains(ce.Stderr, "free space in thin pool"):
+		return errs.New(backends.ErrNoSpace, err, "thin pool full")
+	case ce.ExitCode == 3: // EINVALID_CMD_LINE
+		return errs.New(backends.ErrInvalidArgument, err, "refused by lvm")
+	}
+	return err
+}

@@ -1,0 +1,37 @@
+// Package zfs is the ZFS backend: every volume is a zvol named
+// POOL[/PARENT]/ID, thick (with the refreservation ZFS sets by default) or
+// sparse (zfs create -s, no refreservation).
+//
+// Ownership: a zvol belongs to a volume when its user property
+// io.pillar-csi:volume-id (OwnerProperty) holds the volume ID. The property
+// is set by the same zfs create that makes the zvol, so no zvol of ours ever
+// lacks it.
+//
+// Behaviour of ZFS 2.1 that this package relies on, each proven in the
+// kernel lab (tests/kernel/backends) and replayed from captured output in
+// the unit tests:
+//
+//   - zfs create -V rounds volsize up to a multiple of volblocksize on its
+//     own; the backend rounds first so that it knows and reports the size,
+//     and always passes volblocksize (from the properties, else
+//     DefaultVolBlockSize) so that the rounding unit never depends on the
+//     ZFS release's default (8K in 2.1, 16K from 2.2).
+//   - zfs set volsize accepts a smaller size and silently truncates the
+//     zvol; Expand refuses a shrink before running anything. Growing a thick
+//     zvol grows its refreservation too.
+//   - Without udev there is no /dev/zvol/POOL/NAME link, only /dev/zdN, and
+//     the minor is created asynchronously after zfs create returns.
+//     DevicePath asks each /sys/block/zd* device for its dataset name with
+//     the BLKZNAME ioctl, as udev's zvol_id helper does, and waits for it.
+//   - zvols are created with volmode=dev unless the properties say
+//     otherwise: the storage node exposes the whole device and never scans
+//     the partition table a tenant wrote inside it.
+//   - Failures are reported with exit status 1 and an English message on
+//     standard error ("dataset already exists", "parent does not exist",
+//     "out of space", "dataset is busy", "no such pool"); usage errors with
+//     exit status 2.
+//   - A missing pool and a missing dataset give the same "dataset does not
+//     exist" from zfs list; the backend asks zpool whether the pool exists
+//     before it reports a volume as missing, so that Delete never succeeds
+//     against a pool that is merely not imported.
+package zfs

@@ -1,0 +1,416 @@
+package zfs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
+)
+
+// Backend is a ZFS store. It is safe for concurrent use; see the package
+// backends documentation for the contract.
+type Backend struct {
+	pool          string
+	parent        string // the dataset holding the zvols: pool or pool/parent
+	sparse        bool
+	volBlockSize  int64
+	createOpts    []string // -o arguments of zfs create, without the owner
+	ratio         float64
+	run           command.Runner
+	deviceTimeout time.Duration
+
+	// admit serialises the admission check and the change of sparse
+	// creates and expansions, so that two of them cannot both fit into the
+	// same available space. Thick volumes are admitted by ZFS itself.
+	admit sync.Mutex
+}
+
+var _ backends.Backend = (*Backend)(nil)
+
+// volumeProps are the columns of every zfs list of volumes, in order.
+var volumeProps = "name,volsize,volblocksize,refreservation,volmode," + OwnerProperty
+
+// zvol is one row of a zfs list of volumeProps.
+type zvol struct {
+	name           string
+	volSize        int64
+	volBlockSize   int64
+	refReservation int64
+	volMode        string
+	owner          string // "-" when unset
+}
+
+func (z *zvol) volume() *backends.Volume {
+	return &backends.Volume{
+		ID:        z.owner,
+		Name:      z.name,
+		SizeBytes: z.volSize,
+		// A thick zvol's refreservation covers its volsize (plus
+		// metadata); a sparse one has none.
+		Thin: z.refReservation < z.volSize,
+	}
+}
+
+func (b *Backend) dataset(id string) string { return b.parent + "/" + id }
+
+func (b *Backend) zfs(ctx context.Context, args ...string) ([]byte, error) {
+	return b.run.Run(ctx, "zfs", args...)
+}
+
+// Create implements backends.Backend.
+func (b *Backend) Create(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	v, err := b.create(ctx, id, sizeBytes)
+	return v, errs.Wrap("create", b.parent, id, err)
+}
+
+func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	name, err := b.checkID(id)
+	if err != nil {
+		return nil, err
+	}
+	size, err := backends.RoundUp(sizeBytes, b.volBlockSize)
+	if err != nil {
+		return nil, err
+	}
+	if b.sparse {
+		b.admit.Lock()
+		defer b.admit.Unlock()
+		c, err := b.capacity(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if size > c.AvailableBytes {
+			// A retried Create of a volume that exists already is
+			// promised within the figure it is being compared to.
+			if v, err := b.existing(ctx, id, size); err == nil || !backends.IsNotFound(err) {
+				return v, err
+			}
+			return nil, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available under overcommit ratio %g", size, c.AvailableBytes, b.ratio)
+		}
+	}
+	args := []string{"create"}
+	if b.sparse {
+		args = append(args, "-s")
+	}
+	args = append(args, "-V", strconv.FormatInt(size, 10))
+	args = append(args, b.createOpts...)
+	args = append(args, "-o", OwnerProperty+"="+id, name)
+
+	_, err = b.zfs(ctx, args...)
+	if err != nil && errs.StderrContains(err, "parent does not exist") {
+		if err := b.createParent(ctx); err != nil {
+			return nil, err
+		}
+		_, err = b.zfs(ctx, args...)
+	}
+	switch {
+	case err == nil:
+		return &backends.Volume{ID: id, Name: name, SizeBytes: size, Thin: b.sparse}, nil
+	case errs.StderrContains(err, "dataset already exists"):
+		return b.existing(ctx, id, size)
+	}
+	return nil, classify(err)
+}
+
+// existing returns the volume id if it exists with size bytes, and
+// ErrConflict if it exists with another.
+func (b *Backend) existing(ctx context.Context, id string, size int64) (*backends.Volume, error) {
+	z, err := b.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if z.volSize != size {
+		return nil, errs.New(backends.ErrConflict, nil, "%s exists with %d bytes, %d requested", z.name, z.volSize, size)
+	}
+	return z.volume(), nil
+}
+
+// createParent creates the parent dataset and any missing ancestors. It is
+// never mounted: it only holds zvols. A concurrent Create may win the race.
+func (b *Backend) createParent(ctx context.Context) error {
+	_, err := b.zfs(ctx, "create", "-p", "-o", "canmount=off", b.parent)
+	if err == nil || errs.StderrContains(err, "dataset already exists") {
+		return nil
+	}
+	return classify(err)
+}
+
+// Get implements backends.Backend.
+func (b *Backend) Get(ctx context.Context, id string) (*backends.Volume, error) {
+	z, err := b.get(ctx, id)
+	if err != nil {
+		return nil, errs.Wrap("get", b.parent, id, err)
+	}
+	return z.volume(), nil
+}
+
+func (b *Backend) get(ctx context.Context, id string) (*zvol, error) {
+	name, err := b.checkID(id)
+	if err != nil {
+		return nil, err
+	}
+	out, err := b.zfs(ctx, "list", "-Hp", "-t", "volume", "-o", volumeProps, name)
+	switch {
+	case errs.StderrContains(err, "dataset does not exist"):
+		return nil, b.notFound(ctx, name)
+	case errs.StderrContains(err, "operation not applicable to datasets of this type"):
+		return nil, errs.New(backends.ErrConflict, nil, "%s exists and is not a volume", name)
+	case err != nil:
+		return nil, classify(err)
+	}
+	zs, err := parseVolumes(out)
+	if err != nil {
+		return nil, err
+	}
+	if len(zs) != 1 || zs[0].name != name {
+		return nil, fmt.Errorf("zfs list %s: unexpected output %q", name, out)
+	}
+	if zs[0].owner != id {
+		return nil, errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%s)", name, id, OwnerProperty, zs[0].owner)
+	}
+	return &zs[0], nil
+}
+
+// notFound tells a missing volume from a missing pool, which zfs list
+// reports alike.
+func (b *Backend) notFound(ctx context.Context, name string) error {
+	_, err := b.run.Run(ctx, "zpool", "list", "-Hp", "-o", "name", b.pool)
+	switch {
+	case err == nil:
+		return errs.New(backends.ErrNotFound, nil, "%s does not exist", name)
+	case errs.StderrContains(err, "no such pool"):
+		return errs.New(backends.ErrStoreNotFound, err, "pool %s", b.pool)
+	}
+	return classify(err)
+}
+
+// Delete implements backends.Backend.
+func (b *Backend) Delete(ctx context.Context, id string) error {
+	return errs.Wrap("delete", b.parent, id, b.delete(ctx, id))
+}
+
+func (b *Backend) delete(ctx context.Context, id string) error {
+	z, err := b.get(ctx, id)
+	if backends.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = b.zfs(ctx, "destroy", z.name)
+	switch {
+	case err == nil, errs.StderrContains(err, "dataset does not exist"):
+		return nil
+	case errs.StderrContains(err, "dataset is busy"):
+		return errs.New(backends.ErrBusy, err, "%s is open", z.name)
+	case errs.StderrContains(err, "has children", "has dependent clones"):
+		return errs.New(backends.ErrBusy, err, "%s has snapshots or clones", z.name)
+	}
+	return classify(err)
+}
+
+// Expand implements backends.Backend.
+func (b *Backend) Expand(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	v, err := b.expand(ctx, id, sizeBytes)
+	return v, errs.Wrap("expand", b.parent, id, err)
+}
+
+func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*backends.Volume, error) {
+	if _, err := b.checkID(id); err != nil {
+		return nil, err
+	}
+	if sizeBytes <= 0 {
+		return nil, errs.New(backends.ErrInvalidArgument, nil, "size %d bytes: must be positive", sizeBytes)
+	}
+	z, err := b.get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	size, err := backends.RoundUp(sizeBytes, z.volBlockSize)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case size < z.volSize:
+		return nil, errs.New(backends.ErrShrink, nil, "%s has %d bytes, %d requested", z.name, z.volSize, size)
+	case size == z.volSize:
+		return z.volume(), nil
+	}
+	v := z.volume()
+	if v.Thin {
+		b.admit.Lock()
+		defer b.admit.Unlock()
+		c, err := b.capacity(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if grow := size - z.volSize; grow > c.AvailableBytes {
+			return nil, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available under overcommit ratio %g", grow, c.AvailableBytes, b.ratio)
+		}
+	}
+	if _, err := b.zfs(ctx, "set", "volsize="+strconv.FormatInt(size, 10), z.name); err != nil {
+		return nil, classify(err)
+	}
+	v.SizeBytes = size
+	return v, nil
+}
+
+// List implements backends.Backend.
+func (b *Backend) List(ctx context.Context) ([]backends.Volume, error) {
+	vs, err := b.list(ctx)
+	return vs, errs.Wrap("list", b.parent, "", err)
+}
+
+func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
+	out, err := b.zfs(ctx, "list", "-Hp", "-t", "volume", "-d", "1", "-o", volumeProps, b.parent)
+	if errs.StderrContains(err, "dataset does not exist") {
+		// No parent dataset yet, so no volumes, unless the pool itself is
+		// missing.
+		if err := b.notFound(ctx, b.parent); !backends.IsNotFound(err) {
+			return nil, err
+		}
+		return []backends.Volume{}, nil
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	zs, err := parseVolumes(out)
+	if err != nil {
+		return nil, err
+	}
+	vs := []backends.Volume{}
+	for _, z := range zs {
+		// Owned: the property holds a volume ID, and it is the ID the
+		// zvol is named after (a renamed or copied zvol is not ours).
+		if backends.ValidateVolumeID(z.owner) == nil && z.name == b.dataset(z.owner) {
+			vs = append(vs, *z.volume())
+		}
+	}
+	slices.SortFunc(vs, func(a, b backends.Volume) int { return strings.Compare(a.ID, b.ID) })
+	return vs, nil
+}
+
+// Capacity implements backends.Backend.
+func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
+	c, err := b.capacity(ctx)
+	return c, errs.Wrap("capacity", b.parent, "", err)
+}
+
+// capacity lists every filesystem and volume of the pool: the parent
+// dataset (or, before it exists, the pool's root) gives the physical
+// figures, and every sparse zvol in the pool, in this store or not, is
+// promised its full size because it will take it from the same free space.
+func (b *Backend) capacity(ctx context.Context) (*backends.Capacity, error) {
+	out, err := b.zfs(ctx, "list", "-Hp", "-r", "-t", "filesystem,volume", "-o", "name,used,available,volsize,refreservation,referenced", b.pool)
+	if errs.StderrContains(err, "dataset does not exist") {
+		return nil, errs.New(backends.ErrStoreNotFound, err, "pool %s", b.pool)
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	rows, err := parseRows(out, 6)
+	if err != nil {
+		return nil, err
+	}
+	var base []string
+	var outstanding int64
+	for _, r := range rows {
+		if r[0] == b.parent || (r[0] == b.pool && base == nil) {
+			base = r
+		}
+		if r[3] == "-" {
+			continue // a filesystem
+		}
+		n, err := ints(r[3:6])
+		if err != nil {
+			return nil, err
+		}
+		// What a zvol may still take beyond what it uses or has reserved.
+		volSize, refres, referenced := n[0], n[1], n[2]
+		if more := volSize - max(refres, referenced); more > 0 {
+			outstanding += more
+		}
+	}
+	if base == nil {
+		return nil, fmt.Errorf("zfs list %s: no row for the pool in %q", b.pool, out)
+	}
+	n, err := ints(base[1:3])
+	if err != nil {
+		return nil, err
+	}
+	used, avail := n[0], n[1]
+	c := &backends.Capacity{TotalBytes: used + avail, AvailableBytes: avail}
+	if b.sparse {
+		c.AvailableBytes = backends.Available(used+avail, used+outstanding, b.ratio)
+	}
+	return c, nil
+}
+
+// DevicePath implements backends.Backend.
+func (b *Backend) DevicePath(ctx context.Context, id string) (string, error) {
+	p, err := b.devicePath(ctx, id)
+	return p, errs.Wrap("device path", b.parent, id, err)
+}
+
+func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
+	z, err := b.get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if z.volMode == "none" {
+		return "", errs.New(backends.ErrInvalidArgument, nil, "%s has volmode=none and no device", z.name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.deviceTimeout)
+	defer cancel()
+	for {
+		dev, err := findZvol(z.name)
+		if err == nil || !backends.IsNotFound(err) {
+			return dev, err
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("waiting for the device node of %s: %w", z.name, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkID validates id and returns the zvol's name.
+func (b *Backend) checkID(id string) (string, error) {
+	if err := backends.ValidateVolumeID(id); err != nil {
+		return "", err
+	}
+	name := b.dataset(id)
+	if len(name) > maxDatasetName {
+		return "", errs.New(backends.ErrInvalidArgument, nil, "zvol name %s is %d bytes, ZFS allows %d", name, len(name), maxDatasetName)
+	}
+	return name, nil
+}
+
+// classify maps a zfs or zpool failure that the operation did not handle
+// itself to a sentinel.
+func classify(err error) error {
+	ce := errs.Command(err)
+	switch {
+	case ce == nil:
+		return err
+	case strings.Contains(ce.Stderr, "no such pool"):
+		return errs.New(backends.ErrStoreNotFound, err, "pool missing")
+	case strings.Contains(ce.Stderr, "out of space"),
+		strings.Contains(ce.Stderr, "size is greater than available space"):
+		return errs.New(backends.ErrNoSpace, err, "pool full")
+	case ce.ExitCode == 2,
+		strings.Contains(ce.Stderr, "invalid property"),
+		strings.Contains(ce.Stderr, "' must be "),
+		strings.Contains(ce.Stderr, "bad property value"):
+		return errs.New(backends.ErrInvalidArgument, err, "refused by zfs")
+	}
+	return err
+}
