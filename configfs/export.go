@@ -47,7 +47,7 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 		fresh = true
 	case IsExist(err):
 		var ok bool
-		cur, hostLinks, ok, err = f.readSubsystemLinks(nqn)
+		cur, hostLinks, ok, err = f.readForApply(want)
 		if err != nil {
 			return err
 		}

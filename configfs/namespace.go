@@ -103,3 +103,28 @@ func (f *FS) applyNamespace(nqn string, want Namespace, cur *Namespace) error {
 	}
 	return nil
 }
+
+// readNamespaceForApply reads the attributes applyNamespace compares for
+// want (see readForApply).
+func (f *FS) readNamespaceForApply(dir string, want Namespace) (Namespace, error) {
+	a := f.probeAttrs(dir)
+	ns := Namespace{
+		NSID:       want.NSID,
+		DevicePath: a.str("device_path"),
+		BufferedIO: a.boolean("buffered_io"),
+		Enabled:    a.boolean("enable"),
+	}
+	if ns.DevicePath == "(null)" {
+		ns.DevicePath = ""
+	}
+	if want.DeviceUUID != "" {
+		ns.DeviceUUID = clearZero(a.str("device_uuid"))
+	}
+	if want.DeviceNGUID != "" {
+		ns.DeviceNGUID = clearZero(a.str("device_nguid"))
+	}
+	if want.ANAGroupID != 0 {
+		ns.ANAGroupID = uint32(a.uint("ana_grpid", 32))
+	}
+	return ns, a.err
+}

@@ -3,6 +3,7 @@ package configfs
 import (
 	"hash/fnv"
 	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -40,20 +41,35 @@ func (f *FS) scanPorts() ([]portInfo, error) {
 		if err != nil {
 			continue
 		}
-		a, _, ok, err := f.openAttrs(f.portDir(id))
+		addr, ok, err := f.portAddress(id)
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
-			continue
+		if ok {
+			out = append(out, portInfo{id: id, addr: addr})
 		}
-		addr := f.readAddress(a)
-		if a.err != nil {
-			return nil, a.err
-		}
-		out = append(out, portInfo{id: id, addr: canonicalAddress(addr)})
 	}
 	return out, nil
+}
+
+// portAddress reads the canonical address of port id; ok is false when the
+// port does not exist (any more).
+func (f *FS) portAddress(id uint16) (Address, bool, error) {
+	a := f.probeAttrs(f.portDir(id))
+	trtype, err := f.sys.readAttr(a.dir + "/addr_trtype")
+	if IsNotExist(err) {
+		return Address{}, false, nil
+	}
+	if err != nil {
+		return Address{}, false, err
+	}
+	addr := Address{
+		TrType:  strings.TrimSuffix(trtype, "\n"),
+		AdrFam:  a.str("addr_adrfam"),
+		TrAddr:  a.str("addr_traddr"),
+		TrSvcID: a.str("addr_trsvcid"),
+	}
+	return canonicalAddress(addr), a.err == nil, a.err
 }
 
 // linkPort links the subsystem to the port listening on addr, creating the
@@ -180,18 +196,13 @@ func (f *FS) linkedPorts(nqn string) ([]portInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		a, _, ok, err := f.openAttrs(f.portDir(id))
+		addr, ok, err := f.portAddress(id)
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
-			continue
+		if ok {
+			out = append(out, portInfo{id: id, addr: addr})
 		}
-		addr := f.readAddress(a)
-		if a.err != nil {
-			return nil, a.err
-		}
-		out = append(out, portInfo{id: id, addr: canonicalAddress(addr)})
 	}
 	return out, nil
 }

@@ -110,10 +110,17 @@ func (f *FS) openAttrs(dir string) (a *attrSet, ents []dirEntry, ok bool, err er
 	return a, ents, true, nil
 }
 
+// probeAttrs returns an attrSet that reads attributes by name without
+// listing dir first, for Apply, which knows what it needs: a missing
+// attribute reads as "".
+func (f *FS) probeAttrs(dir string) *attrSet {
+	return &attrSet{sys: f.sys, dir: dir}
+}
+
 // str returns the attribute's value without the trailing newline every nvmet
 // show function appends, or "" when the kernel does not have it.
 func (a *attrSet) str(name string) string {
-	if a.err != nil || !a.names[name] {
+	if a.err != nil || (a.names != nil && !a.names[name]) {
 		return ""
 	}
 	v, err := a.sys.readAttr(a.dir + "/" + name)

@@ -1,5 +1,10 @@
 package configfs
 
+import (
+	"strconv"
+	"strings"
+)
+
 // nvmetCntlIDMax is the kernel's default attr_cntlid_max (NVME_CNTLID_MAX).
 const nvmetCntlIDMax = 0xffef
 
@@ -81,4 +86,84 @@ func (f *FS) applyCntlIDs(dir string, want, cur SubsystemAttrs, fresh bool) erro
 		}
 	}
 	return nil
+}
+
+// readForApply reads what Apply compares for want and nothing more: every
+// attribute read costs three system calls, and an identical re-Apply is
+// made of nothing but reads. Attributes want leaves at zero are not read
+// (and stay zero in the result); namespaces want does not list are only
+// named, for removal. ok is false when the subsystem does not exist.
+func (f *FS) readForApply(want Export) (cur Subsystem, hostLinks map[string]string, ok bool, err error) {
+	dir := f.subsystemDir(want.NQN)
+	cur.NQN = want.NQN
+	// attr_allow_any_host exists on every kernel and is always needed; its
+	// absence means the subsystem is gone.
+	v, err := f.sys.readAttr(dir + "/attr_allow_any_host")
+	if IsNotExist(err) {
+		return cur, nil, false, nil
+	}
+	if err != nil {
+		return cur, nil, false, err
+	}
+	a := f.probeAttrs(dir)
+	if cur.Attrs.AllowAnyHost, err = parseBool(strings.TrimSuffix(v, "\n")); err != nil {
+		return cur, nil, false, &Error{Op: "parse", Path: dir + "/attr_allow_any_host", Err: err}
+	}
+	w := want.Attrs
+	if w.Version != "" {
+		cur.Attrs.Version = a.str("attr_version")
+	}
+	if w.Serial != "" {
+		cur.Attrs.Serial = strings.TrimRight(a.str("attr_serial"), " ")
+	}
+	if w.Model != "" {
+		cur.Attrs.Model = a.str("attr_model")
+	}
+	if w.CntlIDMin != 0 || w.CntlIDMax != 0 {
+		cur.Attrs.CntlIDMin = uint16(a.uint("attr_cntlid_min", 16))
+		cur.Attrs.CntlIDMax = uint16(a.uint("attr_cntlid_max", 16))
+	}
+	if w.QIDMax != 0 {
+		cur.Attrs.QIDMax = uint16(a.uint("attr_qid_max", 16))
+	}
+	cur.Attrs.PIEnable = a.boolean("attr_pi_enable")
+	if a.err != nil {
+		return cur, nil, false, a.err
+	}
+
+	names, err := f.listDirs(dir + "/namespaces")
+	if err != nil {
+		return cur, nil, false, err
+	}
+	wanted := make(map[uint32]Namespace, len(want.Namespaces))
+	for _, ns := range want.Namespaces {
+		wanted[ns.NSID] = ns
+	}
+	for _, name := range names {
+		nsid, err := strconv.ParseUint(name, 10, 32)
+		if err != nil {
+			continue
+		}
+		w, ok := wanted[uint32(nsid)]
+		if !ok {
+			cur.Namespaces = append(cur.Namespaces, Namespace{NSID: uint32(nsid)})
+			continue
+		}
+		ns, err := f.readNamespaceForApply(dir+"/namespaces/"+name, w)
+		if err != nil {
+			return cur, nil, false, err
+		}
+		cur.Namespaces = append(cur.Namespaces, ns)
+	}
+
+	links, err := f.readLinks(dir+"/allowed_hosts", "hosts")
+	if err != nil {
+		return cur, nil, false, err
+	}
+	hostLinks = make(map[string]string, len(links))
+	for _, l := range links {
+		cur.AllowedHosts = append(cur.AllowedHosts, l.target)
+		hostLinks[l.target] = l.name
+	}
+	return cur, hostLinks, true, nil
 }

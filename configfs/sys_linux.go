@@ -1,8 +1,8 @@
 package configfs
 
 import (
-	"errors"
-	"os"
+	"bytes"
+	"encoding/binary"
 
 	"golang.org/x/sys/unix"
 )
@@ -46,21 +46,66 @@ func (realSys) readlink(path string) (string, error) {
 	}
 }
 
+// readDir lists a directory with getdents64 on a raw descriptor; configfs
+// fills in d_type, so no entry needs a stat.
 func (realSys) readDir(path string) ([]dirEntry, error) {
-	ents, err := os.ReadDir(path)
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
+		return nil, pathErr("open", path, err)
+	}
+	defer unix.Close(fd)
+	var out []dirEntry
+	var unknown []int
+	buf := make([]byte, 8192)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
 		}
-		return nil, pathErr("readdir", path, err)
+		if err != nil {
+			return nil, pathErr("readdir", path, err)
+		}
+		if n <= 0 {
+			fillUnknownTypes(path, out, unknown)
+			return out, nil
+		}
+		out, unknown = parseDirents(buf[:n], out, unknown)
 	}
-	out := make([]dirEntry, len(ents))
-	for i, e := range ents {
-		t := e.Type()
-		out[i] = dirEntry{name: e.Name(), dir: t.IsDir(), link: t&os.ModeSymlink != 0}
+}
+
+// fillUnknownTypes stats the entries whose d_type the filesystem left
+// DT_UNKNOWN (configfs never does; a fixture tree on another filesystem may).
+func fillUnknownTypes(dir string, ents []dirEntry, unknown []int) {
+	for _, i := range unknown {
+		var st unix.Stat_t
+		if unix.Lstat(dir+"/"+ents[i].name, &st) == nil {
+			ents[i].dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+			ents[i].link = st.Mode&unix.S_IFMT == unix.S_IFLNK
+		}
 	}
-	return out, nil
+}
+
+// parseDirents decodes struct linux_dirent64 records: d_ino (8 bytes),
+// d_off (8), d_reclen (2), d_type (1), then the NUL-terminated name.
+func parseDirents(b []byte, out []dirEntry, unknown []int) ([]dirEntry, []int) {
+	for len(b) >= 19 {
+		reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+		if reclen < 19 || reclen > len(b) {
+			break
+		}
+		typ, name := b[18], b[19:reclen]
+		if i := bytes.IndexByte(name, 0); i >= 0 {
+			name = name[:i]
+		}
+		b = b[reclen:]
+		if s := string(name); s != "." && s != ".." {
+			if typ == unix.DT_UNKNOWN {
+				unknown = append(unknown, len(out))
+			}
+			out = append(out, dirEntry{name: s, dir: typ == unix.DT_DIR, link: typ == unix.DT_LNK})
+		}
+	}
+	return out, unknown
 }
 
 func (realSys) readAttr(path string) (string, error) {
