@@ -11,10 +11,12 @@ import (
 
 // Limits taken from the kernel (include/linux/nvme.h, drivers/nvme/target).
 const (
-	// MaxNQNLen is NVMF_NQN_SIZE. nvmet copies a subsystem's NQN with
-	// kstrndup(name, NVMF_NQN_SIZE), so a longer directory name would be
-	// silently truncated in what initiators see.
-	MaxNQNLen = 223
+	// MaxNQNLen is the longest NQN a Linux host can use. The NVMe
+	// specification allows 223 bytes (NVMF_NQN_SIZE), and nvmet keeps the
+	// first 223 bytes of a longer directory name (kstrndup), but the Linux
+	// initiator refuses an NQN of NVMF_NQN_SIZE bytes or more
+	// (nvmf_parse_options: "needs to be < 223 bytes").
+	MaxNQNLen = 222
 	// DiscoveryNQN is the well-known discovery subsystem. nvmet refuses to
 	// create it through configfs (EINVAL): it always exists implicitly.
 	DiscoveryNQN = "nqn.2014-08.org.nvmexpress.discovery"

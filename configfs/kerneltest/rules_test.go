@@ -4,12 +4,17 @@ package kerneltest
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/pillar-csi/pillar-csi/configfs"
 )
 
 // Plain syscalls, so that the rules below are the kernel's, not the
@@ -263,5 +268,44 @@ func TestKernelRuleIdentityFixedAfterConnect(t *testing.T) {
 	err := fs.Apply(ctx, e)
 	if err == nil || !isErrno(err, unix.EINVAL) {
 		t.Errorf("Apply changing the serial of a connected subsystem = %v, want EINVAL", err)
+	}
+}
+
+// nvmet accepts subsystem names of any length, but the Linux initiator
+// refuses NQNs of 223 bytes or more: 222 bytes is the longest usable NQN,
+// and the limit ValidateNQN enforces.
+func TestKernelRuleLongestUsableNQN(t *testing.T) {
+	start(t)
+	prefix := "nqn.2024-01.io.pillar-csi.kerneltest:"
+	addr := loopback(freePort())
+	port := nvmetDir + "/ports/4002"
+	mkdir(t, port)
+	writeAttr(t, port+"/addr_trtype", addr.TrType)
+	writeAttr(t, port+"/addr_adrfam", addr.AdrFam)
+	writeAttr(t, port+"/addr_traddr", addr.TrAddr)
+	writeAttr(t, port+"/addr_trsvcid", addr.TrSvcID)
+	dev := newLoop(t, 16)
+	for _, n := range []int{222, 223, 250} {
+		nqn := prefix + strings.Repeat("x", n-len(prefix))
+		sub := nvmetDir + "/subsystems/" + nqn
+		mkdir(t, sub) // accepted whatever the length
+		mkdir(t, sub+"/namespaces/1")
+		writeAttr(t, sub+"/namespaces/1/device_path", dev)
+		writeAttr(t, sub+"/namespaces/1/enable", "1")
+		writeAttr(t, sub+"/attr_allow_any_host", "1")
+		symlink(t, sub, port+"/subsystems/"+strconv.Itoa(n))
+		c, err := connect(addr, nqn, hostNQN())
+		switch {
+		case n <= configfs.MaxNQNLen && err != nil:
+			t.Errorf("connect to a %d-byte NQN: %v", n, err)
+		case n > configfs.MaxNQNLen:
+			wantErrno(t, fmt.Sprintf("connect to a %d-byte NQN", n), err, unix.EINVAL)
+		}
+		if c != nil {
+			c.disconnect()
+		}
+		if ok := configfs.ValidateNQN(nqn) == nil; ok != (n <= configfs.MaxNQNLen) {
+			t.Errorf("ValidateNQN of a %d-byte NQN accepts: %v", n, ok)
+		}
 	}
 }
