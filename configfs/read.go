@@ -368,7 +368,7 @@ func (f *FS) listLinks(dir, parentKind string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]string, 0, len(links))
+	var out []string
 	for _, l := range links {
 		out = append(out, l.target)
 	}

@@ -179,3 +179,55 @@ func TestReadRejectsGarbageAttribute(t *testing.T) {
 		t.Fatalf("Read = %v, want a parse error naming %s", err, p)
 	}
 }
+
+// TestReadKernelFixture reads a tree captured from a real 6.1 kernel (see
+// the header of testdata/linux-6.1.tree).
+func TestReadKernelFixture(t *testing.T) {
+	const host = "nqn.2014-08.org.nvmexpress:uuid:5f3a6c1e-1111-4c2d-9e2f-000000000001"
+	volA, volB := "nqn.2024-01.io.example:vol-a", "nqn.2024-01.io.example:vol-b"
+	st, err := NewFS(loadTree(t, "linux-6.1.tree")).Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults := func(serial string, anyHost bool) SubsystemAttrs {
+		return SubsystemAttrs{AllowAnyHost: anyHost, Version: "1.3", Serial: serial, Model: "Linux",
+			CntlIDMin: 1, CntlIDMax: 65519, QIDMax: 128}
+	}
+	v4 := Address{TrType: "tcp", AdrFam: "ipv4", TrAddr: "127.0.0.1", TrSvcID: "4420"}
+	v6 := Address{TrType: "tcp", AdrFam: "ipv6", TrAddr: "::1", TrSvcID: "4420"}
+	optimized := []ANAGroup{{ID: 1, State: "optimized"}}
+	want := &State{
+		Subsystems: []Subsystem{
+			{
+				NQN:   volA,
+				Attrs: defaults("ecd153b78f613898d3bd", false),
+				Namespaces: []Namespace{{NSID: 1, DevicePath: "/dev/loop0",
+					DeviceUUID: "70bebe19-285a-49df-a120-3e18fc17c8c2", ANAGroupID: 1, Enabled: true}},
+				AllowedHosts: []string{host},
+			},
+			{
+				NQN:   volB,
+				Attrs: defaults("7a6d40f53f18255f7fcc", true),
+				Namespaces: []Namespace{
+					{NSID: 1, DevicePath: "/dev/loop1", DeviceUUID: "9182e816-c3b0-47b1-9e68-1ba4109fd224", ANAGroupID: 1, Enabled: true},
+					{NSID: 2, DeviceUUID: "0d480893-6c30-404b-8014-6844724809b2", ANAGroupID: 1},
+				},
+			},
+		},
+		Ports: []Port{
+			{
+				ID: 1, TReq: "not specified", InlineDataSize: -1,
+				Referrals: []Referral{{Name: "peer", TReq: "not specified"}},
+				ANAGroups: []ANAGroup{{ID: 1, State: "optimized"}, {ID: 2, State: "inaccessible"}},
+			},
+			{ID: PreferredPortID(v6), Address: v6, TReq: "not specified", InlineDataSize: 16384,
+				Subsystems: []string{volB}, ANAGroups: optimized},
+			{ID: PreferredPortID(v4), Address: v4, TReq: "not specified", InlineDataSize: 16384,
+				Subsystems: []string{volA}, ANAGroups: optimized},
+		},
+		Hosts: []Host{{NQN: host}},
+	}
+	if diff := cmp.Diff(want, st); diff != "" {
+		t.Errorf("Read (-want +got):\n%s", diff)
+	}
+}
