@@ -21,7 +21,7 @@
 // Remove deletes it together with the ports and host entries nothing else
 // uses. Both validate every name before touching the filesystem and return
 // *Error values carrying the operation, the path and the errno
-// (IsNotExist, IsExist, IsBusy, IsInvalid, IsConflict classify them).
+// (IsNotExist, IsExist, IsBusy and IsInvalid classify them).
 //
 // Ports are shared: every export on the same address (transport, address
 // family, address, service ID) is linked to the same port. A new port's ID

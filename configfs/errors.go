@@ -11,17 +11,11 @@ import (
 // the filesystem is touched.
 var ErrInvalid = errors.New("invalid configuration")
 
-// ErrConflict is wrapped by errors about an object that exists with a
-// configuration the requested change cannot be reconciled with without
-// disturbing other users, for example a port bound to an address with other
-// subsystems linked to it.
-var ErrConflict = errors.New("conflicting configuration")
-
 // Error is the one error type the package returns. Op names the operation
 // ("mkdir", "write", "symlink", "rmdir", "validate", ...), Path the configfs
 // path (or, for validation, the offending field), and Err the cause: a
-// syscall.Errno for filesystem operations, or an error wrapping ErrInvalid or
-// ErrConflict.
+// syscall.Errno for filesystem operations, an error wrapping ErrInvalid for
+// rejected input, or the context's error when ctx ended between steps.
 type Error struct {
 	Op   string
 	Path string
@@ -62,9 +56,6 @@ func IsBusy(err error) bool {
 func IsInvalid(err error) bool {
 	return errors.Is(err, ErrInvalid) || errors.Is(err, syscall.EINVAL)
 }
-
-// IsConflict reports whether err wraps ErrConflict.
-func IsConflict(err error) bool { return errors.Is(err, ErrConflict) }
 
 func invalidf(path, format string, args ...any) error {
 	return &Error{Op: "validate", Path: path, Err: fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))}
