@@ -38,7 +38,12 @@ func IsNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
 
 // IsExist reports whether err says that an object already exists (EEXIST),
 // including a second symlink to the same subsystem or host.
-func IsExist(err error) bool { return errors.Is(err, fs.ErrExist) }
+//
+// ENOTEMPTY does not count, although Go's syscall.Errno matches it against
+// fs.ErrExist: here it means "in use" (see IsBusy).
+func IsExist(err error) bool {
+	return errors.Is(err, fs.ErrExist) && !errors.Is(err, syscall.ENOTEMPTY)
+}
 
 // IsBusy reports whether the kernel refused because an object is in use:
 // EBUSY (a write to an enabled namespace's device_path, an rmdir of a
