@@ -132,15 +132,8 @@ func (f *FS) createPort(addr Address, known []portInfo) (uint16, error) {
 	for _, p := range known {
 		used[p.id] = true
 	}
-	// Another tool may have created ports since the scan; a directory
-	// listing is cheaper than a scan of every address.
-	if names, err := f.listDirs(f.portsDir()); err == nil {
-		for _, n := range names {
-			if id, err := parseUint16(n); err == nil {
-				used[id] = true
-			}
-		}
-	}
+	// A port another process created since the scan makes mkdir fail
+	// with EEXIST, and the next ID is tried.
 	id := PreferredPortID(addr)
 	var err error
 	for tries := 0; ; tries++ {
