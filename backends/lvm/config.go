@@ -66,7 +66,7 @@ func New(c Config) (*Backend, error) {
 	if err := c.validate(); err != nil {
 		return nil, &backends.Error{Op: "configure", Store: c.VolumeGroup, Err: fmt.Errorf("%w: %w", backends.ErrInvalidArgument, err)}
 	}
-	b := &Backend{vg: c.VolumeGroup, thinPool: c.ThinPool, ratio: c.OvercommitRatio, run: c.Runner}
+	b := &Backend{vg: c.VolumeGroup, thinPool: c.ThinPool, ratio: c.OvercommitRatio, run: c.Runner, checkNode: checkNode}
 	b.store = b.vg
 	if b.thinPool != "" {
 		b.store += "/" + b.thinPool

@@ -21,6 +21,8 @@ type Backend struct {
 	store    string // vg or vg/thinpool, for errors
 	ratio    float64
 	run      command.Runner
+	// checkNode reports whether a path is the block device major:minor.
+	checkNode func(path string, major, minor int64) error
 
 	// admit serialises the admission check and the change of thin creates
 	// and expansions, so that two of them cannot both fit into the same
@@ -351,13 +353,13 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 			return "", fmt.Errorf("%s is still inactive after lvchange --activate y", target)
 		}
 	}
-	if err := checkNode(l.dmPath, l.major, l.minor); err == nil {
+	if err := b.checkNode(l.dmPath, l.major, l.minor); err == nil {
 		return l.dmPath, nil
 	}
 	if _, err := b.lvm(ctx, "vgmknodes", target); err != nil {
 		return "", classify(err)
 	}
-	if err := checkNode(l.dmPath, l.major, l.minor); err != nil {
+	if err := b.checkNode(l.dmPath, l.major, l.minor); err != nil {
 		return "", fmt.Errorf("after vgmknodes: %w", err)
 	}
 	return l.dmPath, nil

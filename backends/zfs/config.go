@@ -155,6 +155,7 @@ func New(c Config) (*Backend, error) {
 		ratio:         c.OvercommitRatio,
 		run:           c.Runner,
 		deviceTimeout: c.DeviceTimeout,
+		findZvol:      findZvol,
 	}
 	if c.ParentDataset != "" {
 		b.parent = c.Pool + "/" + c.ParentDataset

@@ -25,6 +25,7 @@ type Backend struct {
 	ratio         float64
 	run           command.Runner
 	deviceTimeout time.Duration
+	findZvol      func(dataset string) (string, error)
 
 	// admit serialises the admission check and the change of sparse
 	// creates and expansions, so that two of them cannot both fit into the
@@ -370,7 +371,7 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.deviceTimeout)
 	defer cancel()
 	for {
-		dev, err := findZvol(z.name)
+		dev, err := b.findZvol(z.name)
 		if err == nil || !backends.IsNotFound(err) {
 			return dev, err
 		}

@@ -1,0 +1,51 @@
+package commandtest_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/command/commandtest"
+)
+
+func TestFormatParse(t *testing.T) {
+	for _, s := range []commandtest.Step{
+		{Argv: []string{"lvm", "lvs", "--config", "activation { udev_sync=0 }", "vg0"}, Stdout: "  {\n  }\n"},
+		{Argv: []string{"zfs", "destroy", "tank/x"}, ExitCode: 1, Stderr: "cannot destroy 'tank/x': dataset is busy\n"},
+		{Argv: []string{"true"}},
+		// Output that looks like a section marker stays output.
+		{Argv: []string{"sh"}, Stdout: "-- not a section\n"},
+	} {
+		got, err := commandtest.Parse(commandtest.Format("how it was captured\n", s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, s) {
+			t.Errorf("Parse(Format(%+v)) = %+v", s, got)
+		}
+	}
+	if _, err := commandtest.Parse("-- argv --\nx\n-- stdout --\n"); err == nil {
+		t.Error("Parse accepted a capture without exit and stderr sections")
+	}
+}
+
+func TestRunnerAnswers(t *testing.T) {
+	r := commandtest.New(t,
+		commandtest.Step{Argv: []string{"zfs", "list"}, Stdout: "tank\n"},
+		commandtest.Step{Argv: []string{"zfs", "destroy", "x"}, ExitCode: 1, Stderr: "busy\n"},
+	)
+	out, err := r.Run(context.Background(), "zfs", "list")
+	if err != nil || string(out) != "tank\n" {
+		t.Fatalf("Run = %q, %v", out, err)
+	}
+	_, err = r.Run(context.Background(), "zfs", "destroy", "x")
+	var ce *command.Error
+	if !errors.As(err, &ce) || ce.ExitCode != 1 || ce.Stderr != "busy\n" {
+		t.Fatalf("Run = %v, want a *command.Error with exit 1 and the stderr", err)
+	}
+	if got := len(r.Calls()); got != 2 {
+		t.Fatalf("%d calls recorded, want 2", got)
+	}
+}

@@ -1,0 +1,161 @@
+package zfs_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/command/commandtest"
+	"github.com/pillar-csi/pillar-csi/backends/internal/replaytest"
+	"github.com/pillar-csi/pillar-csi/backends/zfs"
+)
+
+// The captures under testdata/zfs-thick and testdata/zfs-sparse were
+// recorded by the conformance scenario of tests/kernel/backends in the
+// kernel lab (ZFS 2.1.11), with the fixture's random pool name replaced by
+// "tank"; the calls below are the scenario's calls, in its order.
+
+const (
+	unit   = zfs.DefaultVolBlockSize
+	id     = "pvc-conformance"
+	name   = "tank/pillar/vols/" + id
+	parent = "pillar/vols"
+)
+
+func newBackend(sparse bool) replaytest.NewBackend {
+	return func(t *testing.T, missing bool, r command.Runner) backends.Backend {
+		pool := "tank"
+		if missing {
+			pool = "pillarnopool"
+		}
+		b, err := zfs.New(zfs.Config{Pool: pool, ParentDataset: parent, Sparse: sparse, Runner: r})
+		if err != nil {
+			t.Fatal(err)
+		}
+		zfs.SetFindZvol(b, func(dataset string) (string, error) {
+			if dataset != name {
+				return "", errors.New("unexpected dataset " + dataset)
+			}
+			return "/dev/zd0", nil
+		})
+		return b
+	}
+}
+
+func create(id string, size int64) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Create(ctx, id, size) }
+}
+
+func expand(id string, size int64) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Expand(ctx, id, size) }
+}
+
+func get(id string) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Get(ctx, id) }
+}
+
+func del(id string) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return nil, b.Delete(ctx, id) }
+}
+
+func capacity(ctx context.Context, b backends.Backend) (any, error) { return b.Capacity(ctx) }
+
+func list(ctx context.Context, b backends.Backend) (any, error) { return b.List(ctx) }
+
+func devicePath(ctx context.Context, b backends.Backend) (any, error) { return b.DevicePath(ctx, id) }
+
+// common are the cases both kinds of store answer alike.
+func common(thin bool) []replaytest.Case {
+	vol := func(size int64) *backends.Volume {
+		return &backends.Volume{ID: id, Name: name, SizeBytes: size, Thin: thin}
+	}
+	return []replaytest.Case{
+		// 3 blocks and a byte round up to 4 blocks of 16 KiB. The parent
+		// dataset does not exist yet: it is created and the create retried.
+		{Label: "create", Call: create(id, 3*unit+1), Want: vol(4 * unit)},
+		{Label: "get", Call: get(id), Want: vol(4 * unit)},
+		{Label: "device-path", Call: devicePath, Want: "/dev/zd0"},
+		// zfs create says "dataset already exists"; the zvol has the size.
+		{Label: "create-again", Call: create(id, 3*unit+1), Want: vol(4 * unit)},
+		{Label: "create-other-size", Call: create(id, 5*unit), Err: backends.ErrConflict},
+		{Label: "expand", Call: expand(id, 5*unit+1), Want: vol(6 * unit)},
+		{Label: "expand-same", Call: expand(id, 6*unit), Want: vol(6 * unit)},
+		{Label: "expand-shrink", Call: expand(id, 5*unit), Err: backends.ErrShrink},
+		// A thick zvol "foreign" without the owner property is left out.
+		{Label: "list", Call: list, Want: []backends.Volume{*vol(6 * unit)}},
+		{Label: "get-foreign", Call: get("foreign"), Err: backends.ErrConflict},
+		{Label: "create-foreign", Call: create("foreign", 2*unit), Err: backends.ErrConflict},
+		{Label: "delete-foreign", Call: del("foreign"), Err: backends.ErrConflict},
+		{Label: "expand-foreign", Call: expand("foreign", 3*unit), Err: backends.ErrConflict},
+		// "dataset is busy" while the device is open.
+		{Label: "delete-busy", Call: del(id), Err: backends.ErrBusy},
+		{Label: "delete", Call: del(id), Want: nil},
+		// "dataset does not exist", and zpool confirms the pool is there.
+		{Label: "get-missing", Call: get(id), Err: backends.ErrNotFound},
+		{Label: "delete-missing", Call: del(id), Want: nil},
+		{Label: "expand-missing", Call: expand(id, 8*unit), Err: backends.ErrNotFound},
+		{Label: "create-too-big", Call: create("pvc-huge", 1<<30), Err: backends.ErrNoSpace},
+		{Label: "expand-too-big", Call: expand("pvc-small", 1<<30), Err: backends.ErrNoSpace},
+		// The pool does not exist: "no such pool", or "dataset does not
+		// exist" from zfs and then "no such pool" from zpool.
+		{Label: "missing-create", Missing: true, Call: create(id, 3*unit+1), Err: backends.ErrStoreNotFound},
+		{Label: "missing-get", Missing: true, Call: get(id), Err: backends.ErrStoreNotFound},
+		{Label: "missing-delete", Missing: true, Call: del(id), Err: backends.ErrStoreNotFound},
+		{Label: "missing-capacity", Missing: true, Call: capacity, Err: backends.ErrStoreNotFound},
+		{Label: "missing-list", Missing: true, Call: list, Err: backends.ErrStoreNotFound},
+	}
+}
+
+func TestThickReplay(t *testing.T) {
+	cases := append(common(false),
+		// An empty pool: the parent dataset does not exist yet, so the
+		// pool's root gives the figures (used 113664, available
+		// 368985088).
+		replaytest.Case{Label: "capacity", Call: capacity,
+			Want: &backends.Capacity{TotalBytes: 113664 + 368985088, AvailableBytes: 368985088}},
+	)
+	replaytest.Run(t, "testdata/zfs-thick", newBackend(false), cases)
+}
+
+func TestSparseReplay(t *testing.T) {
+	cases := append(common(true),
+		replaytest.Case{Label: "capacity", Call: capacity,
+			Want: &backends.Capacity{TotalBytes: 109056 + 368989696, AvailableBytes: 368989696}},
+		// The pool's parent dataset has 366744576 bytes available and
+		// only a thick zvol in it: that much may be promised, no more.
+		replaytest.Case{Label: "create-over-available", Call: create("pvc-over", 366744576+unit), Err: backends.ErrNoSpace},
+	)
+	replaytest.Run(t, "testdata/zfs-sparse", newBackend(true), cases)
+}
+
+// TestSparseCapacityRule applies the overcommit rule to a captured listing
+// with one sparse zvol of 65536 bytes of which 12288 are written: it is
+// promised the 53248 it may still take.
+func TestSparseCapacityRule(t *testing.T) {
+	// create-again.1 is the capacity listing of the sparse store with the
+	// volume in it: the parent dataset has used 36864, available
+	// 368863744.
+	listing := commandtest.Load(t, "testdata/zfs-sparse/create-again.1.txt")
+	for _, c := range []struct {
+		ratio float64
+		want  int64
+	}{
+		{1, 368863744 - (65536 - 12288)},
+		{2, 2*(36864+368863744) - 36864 - (65536 - 12288)},
+	} {
+		b, err := zfs.New(zfs.Config{Pool: "tank", ParentDataset: parent, Sparse: true, OvercommitRatio: c.ratio,
+			Runner: commandtest.New(t, listing)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Capacity(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (backends.Capacity{TotalBytes: 36864 + 368863744, AvailableBytes: c.want}); *got != want {
+			t.Errorf("ratio %g: capacity %+v, want %+v", c.ratio, *got, want)
+		}
+	}
+}
