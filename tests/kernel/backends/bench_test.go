@@ -1,0 +1,125 @@
+//go:build kernel
+
+package backends
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/lvm"
+	"github.com/pillar-csi/pillar-csi/backends/zfs"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
+)
+
+// benchVolumes is how many volumes one round creates and deletes.
+const benchVolumes = 64
+
+// BenchmarkCreateDelete64 creates and deletes 64 volumes through the
+// backend, then runs the same creating and deleting commands (recorded from
+// the backend's round, with other names) from a shell loop, and reports
+// both per volume and their ratio. The backend's extra work is what it
+// adds for safety: the capacity check of a thin store, the ownership check
+// before a delete, the Go process around each command.
+func BenchmarkCreateDelete64(b *testing.B) {
+	guest.RequireGuest(b)
+	b.Run("zfs-sparse", func(b *testing.B) {
+		pool := fixture.NewZPool(b, fixture.PoolOptions{Size: 1 * fixture.GiB})
+		benchCreateDelete(b, func(r command.Runner) (backends.Backend, error) {
+			return zfs.New(zfs.Config{Pool: pool.Name, ParentDataset: "bench", Sparse: true, Runner: r})
+		}, 8*fixture.MiB)
+	})
+	b.Run("lvm-thin", func(b *testing.B) {
+		vg := fixture.NewVG(b, fixture.VGOptions{Size: 1 * fixture.GiB, ThinPoolSize: 768 * fixture.MiB})
+		benchCreateDelete(b, func(r command.Runner) (backends.Backend, error) {
+			return lvm.New(lvm.Config{VolumeGroup: vg.Name, ThinPool: vg.ThinPool, Runner: r})
+		}, 8*fixture.MiB)
+	})
+}
+
+// mutations records the commands that create or destroy a volume.
+type mutations struct {
+	command.Exec
+	mu   sync.Mutex
+	argv [][]string
+}
+
+func (m *mutations) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	if len(args) > 0 && (args[0] == "create" || args[0] == "destroy" || args[0] == "lvcreate" || args[0] == "lvremove") {
+		m.mu.Lock()
+		m.argv = append(m.argv, append([]string{name}, args...))
+		m.mu.Unlock()
+	}
+	return m.Exec.Run(ctx, name, args...)
+}
+
+func benchCreateDelete(b *testing.B, newBackend func(command.Runner) (backends.Backend, error), size int64) {
+	var backendTime, shellTime time.Duration
+	script := filepath.Join(b.TempDir(), "loop.sh")
+	rounds := 0
+	for ; b.Loop(); rounds++ {
+		round := rounds
+		rec := &mutations{}
+		be, err := newBackend(rec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := context.Background()
+		ids := make([]string, benchVolumes)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("bench-b%d-%02d", round, i)
+		}
+		start := time.Now()
+		for _, id := range ids {
+			if _, err := be.Create(ctx, id, size); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for _, id := range ids {
+			if err := be.Delete(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		backendTime += time.Since(start)
+
+		if len(rec.argv) != 2*benchVolumes {
+			b.Fatalf("recorded %d create/destroy commands, want %d", len(rec.argv), 2*benchVolumes)
+		}
+		var sh strings.Builder
+		sh.WriteString("set -e\nexport LC_ALL=C\n")
+		for _, argv := range rec.argv {
+			for i, a := range argv {
+				if i > 0 {
+					sh.WriteByte(' ')
+				}
+				// Same command, another volume: bench-bN- becomes bench-sN-.
+				sh.WriteString(shellQuote(strings.ReplaceAll(a, fmt.Sprintf("bench-b%d-", round), fmt.Sprintf("bench-s%d-", round))))
+			}
+			sh.WriteString(" >/dev/null\n")
+		}
+		if err := os.WriteFile(script, []byte(sh.String()), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		start = time.Now()
+		if out, err := (command.Exec{Timeout: 30 * time.Minute}).Run(ctx, "sh", script); err != nil {
+			b.Fatalf("shell loop: %v: %s", err, out)
+		}
+		shellTime += time.Since(start)
+	}
+	n := float64(rounds * benchVolumes)
+	b.ReportMetric(backendTime.Seconds()*1000/n, "backend-ms/vol")
+	b.ReportMetric(shellTime.Seconds()*1000/n, "shell-ms/vol")
+	b.ReportMetric(backendTime.Seconds()/shellTime.Seconds(), "backend/shell")
+}
+
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

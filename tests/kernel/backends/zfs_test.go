@@ -1,0 +1,161 @@
+//go:build kernel
+
+package backends
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/zfs"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
+)
+
+// zfsParent is the parent dataset of the ZFS stores; it does not exist
+// until the first Create makes it.
+const zfsParent = "pillar/vols"
+
+// zfsStore is a pool of 512 MiB on a loop device.
+func zfsStore(t *testing.T, name string, sparse bool) *store {
+	guest.RequireGuest(t)
+	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 512 * fixture.MiB})
+	parent := pool.Name + "/" + zfsParent
+	rec := newRecorder(t, name, pool.Name, "tank")
+	newBackend := func(pool string) func(command.Runner) backends.Backend {
+		return func(r command.Runner) backends.Backend {
+			b, err := zfs.New(zfs.Config{Pool: pool, ParentDataset: zfsParent, Sparse: sparse, Runner: r})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	}
+	zfsCmd := func(t *testing.T, args ...string) (string, error) {
+		return fixture.Command(context.Background(), "zfs", "zfs", args...)
+	}
+	return &store{
+		name:    name,
+		unit:    zfs.DefaultVolBlockSize,
+		thin:    sparse,
+		tooBig:  1 * fixture.GiB,
+		backend: newBackend(pool.Name),
+		missing: newBackend("pillarnopool"),
+		foreign: func(t *testing.T, name string, size int64) {
+			if _, err := zfsCmd(t, "create", "-V", strconv.FormatInt(size, 10), "-o", "volblocksize=16k", parent+"/"+name); err != nil {
+				t.Fatal(err)
+			}
+		},
+		exists: func(t *testing.T, name string) bool {
+			_, err := zfsCmd(t, "list", "-H", "-o", "name", parent+"/"+name)
+			return err == nil
+		},
+		settle: func(t *testing.T) {
+			ctx := context.Background()
+			for _, args := range [][]string{{"sync", pool.Name}, {"wait", "-t", "free", pool.Name}} {
+				if _, err := fixture.Command(ctx, "settle pool", "zpool", args...); err != nil {
+					t.Fatal(err)
+				}
+			}
+		},
+		rec: rec,
+	}
+}
+
+func TestZFSThick(t *testing.T) {
+	s := zfsStore(t, "zfs-thick", false)
+	conformance(t, s)
+}
+
+func TestZFSSparse(t *testing.T) {
+	s := zfsStore(t, "zfs-sparse", true)
+	conformance(t, s)
+}
+
+// TestZFSDeviceWithoutUdev proves how DevicePath finds a zvol in a system
+// without udev: there is no /dev/zvol link, only /dev/zdN, which the
+// backend finds by dataset name (BLKZNAME) and waits for, since ZFS makes
+// the node after zfs create has returned.
+func TestZFSDeviceWithoutUdev(t *testing.T) {
+	s := zfsStore(t, "zfs-device", true)
+	b := s.backend(s.rec)
+	ctx := ctxT(t)
+	v, err := b.Create(ctx, "pvc-dev", 4*s.unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Delete(context.Background(), "pvc-dev") })
+	dev, err := b.DevicePath(ctx, "pvc-dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat("/dev/zvol"); !os.IsNotExist(err) {
+		t.Fatalf("/dev/zvol: %v; the lab's guest has no udev, so ZFS must not have made it", err)
+	}
+	if !strings.HasPrefix(dev, "/dev/zd") {
+		t.Fatalf("device %s, want /dev/zdN", dev)
+	}
+	if got := deviceSize(t, dev); got != 4*s.unit {
+		t.Fatalf("%s: %d bytes, want %d", dev, got, 4*s.unit)
+	}
+	// volmode=dev: the whole device only, so no partition of it appears
+	// on the storage node whatever a tenant writes into it.
+	if got := zfsGet(t, v.Name, "volmode"); got != "dev" {
+		t.Fatalf("volmode %s, want dev", got)
+	}
+}
+
+// TestZFSConfiguration checks that properties from the configuration are
+// applied, that volblocksize becomes the rounding unit, that ownership is
+// the user property, and that the parent dataset is made unmountable.
+func TestZFSConfiguration(t *testing.T) {
+	guest.RequireGuest(t)
+	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 512 * fixture.MiB})
+	b, err := zfs.New(zfs.Config{Pool: pool.Name, ParentDataset: "a/b/c",
+		Properties: map[string]string{"volblocksize": "8K", "compression": "lz4", "io.example:note": "kept"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	// 10000000 bytes round up to 10002432 with 8 KiB blocks, as zfs
+	// create -V itself rounds.
+	v, err := b.Create(ctx, "pvc-props", 10_000_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Delete(context.Background(), "pvc-props") })
+	if v.SizeBytes != 10_002_432 || v.Name != pool.Name+"/a/b/c/pvc-props" || v.Thin {
+		t.Fatalf("created %+v", *v)
+	}
+	for prop, want := range map[string]string{
+		"volsize": "10002432", "volblocksize": "8192", "compression": "lz4",
+		"io.example:note": "kept", zfs.OwnerProperty: "pvc-props", "volmode": "dev",
+	} {
+		if got := zfsGet(t, v.Name, prop); got != want {
+			t.Errorf("%s of %s = %q, want %q", prop, v.Name, got, want)
+		}
+	}
+	if got := zfsGet(t, pool.Name+"/a/b/c", "canmount"); got != "off" {
+		t.Errorf("parent dataset canmount=%s, want off", got)
+	}
+	// A native property ZFS rejects is an invalid argument, not a crash.
+	bad, err := zfs.New(zfs.Config{Pool: pool.Name, Properties: map[string]string{"compression": "nope"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = bad.Create(ctx, "pvc-bad", 4*zfs.DefaultVolBlockSize)
+	mustErr(t, err, backends.ErrInvalidArgument)
+}
+
+func zfsGet(t *testing.T, dataset, prop string) string {
+	t.Helper()
+	out, err := fixture.Command(context.Background(), "zfs get", "zfs", "get", "-Hp", "-o", "value", prop, dataset)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out)
+}
