@@ -25,11 +25,14 @@
 //
 // # Errors
 //
-// Methods return *Error, whose chain wraps one of the sentinel errors
-// (ErrInvalidArgument, ErrNotFound, ErrStoreNotFound, ErrConflict,
-// ErrNoSpace, ErrShrink, ErrBusy) and, when a tool failed, the
-// *command.Error with its exit code and standard error. Callers map the
-// sentinels to their own protocol (gRPC codes in the agent) with errors.Is.
+// Methods return *Error. When the cause is known its chain wraps one of the
+// sentinel errors (ErrInvalidArgument, ErrNotFound, ErrStoreNotFound,
+// ErrConflict, ErrNoSpace, ErrShrink, ErrBusy); when a tool failed it also
+// wraps the *command.Error with the command line, exit code and standard
+// error. A failure the backend cannot classify (an unexpected message, a
+// timeout, which also wraps context.DeadlineExceeded) wraps no sentinel.
+// Callers map the sentinels to their own protocol (gRPC codes in the agent)
+// with errors.Is.
 //
 // # Capacity and overcommit
 //

@@ -2,8 +2,8 @@ package backends
 
 import "errors"
 
-// Sentinel errors. Every *Error wraps exactly one of them; test with
-// errors.Is or the Is* helpers.
+// Sentinel errors. An *Error wraps at most one of them (none when the
+// failure could not be classified); test with errors.Is or the Is* helpers.
 var (
 	// ErrInvalidArgument: bad input, refused before any command ran (an
 	// invalid volume ID, a size that is not positive, a bad configuration),
@@ -29,8 +29,8 @@ var (
 // Error is the one error type of the backends. Op is the Backend method
 // ("create", "delete", ...), Volume the volume ID (empty for store-wide
 // operations), Store the backend's store (a pool/dataset or VG[/thinpool]),
-// and Err the cause: a chain holding one sentinel and, when a command
-// failed, its *command.Error.
+// and Err the cause: a chain holding a sentinel when the cause is known and,
+// when a command failed, its *command.Error.
 type Error struct {
 	Op     string
 	Store  string
