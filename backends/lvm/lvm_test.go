@@ -1,7 +1,6 @@
 package lvm_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -48,65 +47,41 @@ func nodeOK(path string, major, minor int64) error {
 	return nil
 }
 
-func create(id string, size int64) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Create(ctx, id, size) }
-}
-
-func expand(id string, size int64) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Expand(ctx, id, size) }
-}
-
-func get(id string) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Get(ctx, id) }
-}
-
-func del(id string) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return nil, b.Delete(ctx, id) }
-}
-
-func devicePath(id string) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return b.DevicePath(ctx, id) }
-}
-
-func capacity(ctx context.Context, b backends.Backend) (any, error) { return b.Capacity(ctx) }
-
-func list(ctx context.Context, b backends.Backend) (any, error) { return b.List(ctx) }
-
 func common(thin bool) []replaytest.Case {
 	vol := func(size int64) *backends.Volume {
 		return &backends.Volume{ID: id, Name: "vg0/" + id, SizeBytes: size, Thin: thin}
 	}
 	return []replaytest.Case{
 		// 3 extents and a byte round up to 4 extents.
-		{Label: "create", Call: create(id, 3*extent+1), Want: vol(4 * extent)},
-		{Label: "get", Call: get(id), Want: vol(4 * extent)},
-		{Label: "device-path", Call: devicePath(id), Want: dmPath},
-		{Label: "create-again", Call: create(id, 3*extent+1), Want: vol(4 * extent)},
-		{Label: "create-other-size", Call: create(id, 5*extent), Err: backends.ErrConflict},
-		{Label: "expand", Call: expand(id, 5*extent+1), Want: vol(6 * extent)},
-		{Label: "expand-same", Call: expand(id, 6*extent), Want: vol(6 * extent)},
-		{Label: "expand-shrink", Call: expand(id, 5*extent), Err: backends.ErrShrink},
+		{Label: "create", Call: replaytest.Create(id, 3*extent+1), Want: vol(4 * extent)},
+		{Label: "get", Call: replaytest.Get(id), Want: vol(4 * extent)},
+		{Label: "device-path", Call: replaytest.DevicePath(id), Want: dmPath},
+		{Label: "create-again", Call: replaytest.Create(id, 3*extent+1), Want: vol(4 * extent)},
+		{Label: "create-other-size", Call: replaytest.Create(id, 5*extent), Err: backends.ErrConflict},
+		{Label: "expand", Call: replaytest.Expand(id, 5*extent+1), Want: vol(6 * extent)},
+		{Label: "expand-same", Call: replaytest.Expand(id, 6*extent), Want: vol(6 * extent)},
+		{Label: "expand-shrink", Call: replaytest.Expand(id, 5*extent), Err: backends.ErrShrink},
 		// "foreign" (untagged) and the thin pool are left out.
-		{Label: "list", Call: list, Want: []backends.Volume{*vol(6 * extent)}},
-		{Label: "get-foreign", Call: get("foreign"), Err: backends.ErrConflict},
-		{Label: "create-foreign", Call: create("foreign", 2*extent), Err: backends.ErrConflict},
-		{Label: "delete-foreign", Call: del("foreign"), Err: backends.ErrConflict},
-		{Label: "expand-foreign", Call: expand("foreign", 3*extent), Err: backends.ErrConflict},
+		{Label: "list", Call: replaytest.List, Want: []backends.Volume{*vol(6 * extent)}},
+		{Label: "get-foreign", Call: replaytest.Get("foreign"), Err: backends.ErrConflict},
+		{Label: "create-foreign", Call: replaytest.Create("foreign", 2*extent), Err: backends.ErrConflict},
+		{Label: "delete-foreign", Call: replaytest.Delete("foreign"), Err: backends.ErrConflict},
+		{Label: "expand-foreign", Call: replaytest.Expand("foreign", 3*extent), Err: backends.ErrConflict},
 		// "Logical volume vg0/pvc-conformance in use."
-		{Label: "delete-busy", Call: del(id), Err: backends.ErrBusy},
-		{Label: "delete", Call: del(id), Want: nil},
+		{Label: "delete-busy", Call: replaytest.Delete(id), Err: backends.ErrBusy},
+		{Label: "delete", Call: replaytest.Delete(id), Want: nil},
 		// "Failed to find logical volume": the group is there.
-		{Label: "get-missing", Call: get(id), Err: backends.ErrNotFound},
-		{Label: "delete-missing", Call: del(id), Want: nil},
-		{Label: "expand-missing", Call: expand(id, 8*extent), Err: backends.ErrNotFound},
-		{Label: "create-too-big", Call: create("pvc-huge", 2<<30), Err: backends.ErrNoSpace},
-		{Label: "expand-too-big", Call: expand("pvc-small", 2<<30), Err: backends.ErrNoSpace},
+		{Label: "get-missing", Call: replaytest.Get(id), Err: backends.ErrNotFound},
+		{Label: "delete-missing", Call: replaytest.Delete(id), Want: nil},
+		{Label: "expand-missing", Call: replaytest.Expand(id, 8*extent), Err: backends.ErrNotFound},
+		{Label: "create-too-big", Call: replaytest.Create("pvc-huge", 2<<30), Err: backends.ErrNoSpace},
+		{Label: "expand-too-big", Call: replaytest.Expand("pvc-small", 2<<30), Err: backends.ErrNoSpace},
 		// 'Volume group "pillarnovg" not found'.
-		{Label: "missing-create", Missing: true, Call: create(id, 3*extent+1), Err: backends.ErrStoreNotFound},
-		{Label: "missing-get", Missing: true, Call: get(id), Err: backends.ErrStoreNotFound},
-		{Label: "missing-delete", Missing: true, Call: del(id), Err: backends.ErrStoreNotFound},
-		{Label: "missing-capacity", Missing: true, Call: capacity, Err: backends.ErrStoreNotFound},
-		{Label: "missing-list", Missing: true, Call: list, Err: backends.ErrStoreNotFound},
+		{Label: "missing-create", Missing: true, Call: replaytest.Create(id, 3*extent+1), Err: backends.ErrStoreNotFound},
+		{Label: "missing-get", Missing: true, Call: replaytest.Get(id), Err: backends.ErrStoreNotFound},
+		{Label: "missing-delete", Missing: true, Call: replaytest.Delete(id), Err: backends.ErrStoreNotFound},
+		{Label: "missing-capacity", Missing: true, Call: replaytest.Capacity, Err: backends.ErrStoreNotFound},
+		{Label: "missing-list", Missing: true, Call: replaytest.List, Err: backends.ErrStoreNotFound},
 	}
 }
 
@@ -114,7 +89,7 @@ func TestLinearReplay(t *testing.T) {
 	cases := append(common(false),
 		// vgs: 1069547520 bytes, 792723456 free (the thin pool takes the
 		// rest).
-		replaytest.Case{Label: "capacity", Call: capacity,
+		replaytest.Case{Label: "capacity", Call: replaytest.Capacity,
 			Want: &backends.Capacity{TotalBytes: 1069547520, AvailableBytes: 792723456}},
 	)
 	replaytest.Run(t, "testdata/lvm-linear", newBackend("", nodeOK), cases)
@@ -123,10 +98,10 @@ func TestLinearReplay(t *testing.T) {
 func TestThinReplay(t *testing.T) {
 	cases := append(common(true),
 		// An empty thin pool of 256 MiB: all of it may be promised.
-		replaytest.Case{Label: "capacity", Call: capacity,
+		replaytest.Case{Label: "capacity", Call: replaytest.Capacity,
 			Want: &backends.Capacity{TotalBytes: 256 << 20, AvailableBytes: 256 << 20}},
 		// The 8 MiB "foreign" thin LV is promised too: 248 MiB are left.
-		replaytest.Case{Label: "create-over-available", Call: create("pvc-over", 248<<20+extent), Err: backends.ErrNoSpace},
+		replaytest.Case{Label: "create-over-available", Call: replaytest.Create("pvc-over", 248<<20+extent), Err: backends.ErrNoSpace},
 	)
 	replaytest.Run(t, "testdata/lvm-thin", newBackend("thinpool", nodeOK), cases)
 }
@@ -150,11 +125,11 @@ func TestDeviceReplay(t *testing.T) {
 		return func(b backends.Backend) { lvm.SetCheckNode(b.(*lvm.Backend), f) }
 	}
 	replaytest.Run(t, "testdata/lvm-device", newBackend("thinpool", nil), []replaytest.Case{
-		{Label: "device-path", Setup: setNode(present), Call: devicePath("pvc-node"), Want: node},
+		{Label: "device-path", Setup: setNode(present), Call: replaytest.DevicePath("pvc-node"), Want: node},
 		// Inactive (lv_kernel_major -1): lvchange --activate y, then lvs
 		// again.
-		{Label: "device-path-inactive", Setup: setNode(present), Call: devicePath("pvc-node"), Want: node},
+		{Label: "device-path-inactive", Setup: setNode(present), Call: replaytest.DevicePath("pvc-node"), Want: node},
 		// The node was removed: the first check fails, vgmknodes makes it.
-		{Label: "device-path-lost-node", Setup: setNode(lost), Call: devicePath("pvc-node"), Want: node},
+		{Label: "device-path-lost-node", Setup: setNode(lost), Call: replaytest.DevicePath("pvc-node"), Want: node},
 	})
 }

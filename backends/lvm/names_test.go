@@ -66,9 +66,9 @@ func FuzzLVName(f *testing.F) {
 
 func TestReservedNamesReplay(t *testing.T) {
 	replaytest.Run(t, "testdata/lvm-names", newBackend("", nil), []replaytest.Case{
-		{Label: "create-snapshot", Call: create("snapshot-1", extent),
+		{Label: "create-snapshot", Call: replaytest.Create("snapshot-1", extent),
 			Want: &backends.Volume{ID: "snapshot-1", Name: "vg0/pillar_79c6d61344be00e74b64db50b5b9639b", SizeBytes: extent}},
-		{Label: "create-pvmove", Call: create("pvmove.2", extent),
+		{Label: "create-pvmove", Call: replaytest.Create("pvmove.2", extent),
 			Want: &backends.Volume{ID: "pvmove.2", Name: "vg0/pillar_dc0fa46055563f0dfd37335c4a443fba", SizeBytes: extent}},
 	})
 }

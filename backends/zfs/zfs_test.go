@@ -44,28 +44,6 @@ func newBackend(sparse bool) replaytest.NewBackend {
 	}
 }
 
-func create(id string, size int64) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Create(ctx, id, size) }
-}
-
-func expand(id string, size int64) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Expand(ctx, id, size) }
-}
-
-func get(id string) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Get(ctx, id) }
-}
-
-func del(id string) func(context.Context, backends.Backend) (any, error) {
-	return func(ctx context.Context, b backends.Backend) (any, error) { return nil, b.Delete(ctx, id) }
-}
-
-func capacity(ctx context.Context, b backends.Backend) (any, error) { return b.Capacity(ctx) }
-
-func list(ctx context.Context, b backends.Backend) (any, error) { return b.List(ctx) }
-
-func devicePath(ctx context.Context, b backends.Backend) (any, error) { return b.DevicePath(ctx, id) }
-
 // common are the cases both kinds of store answer alike.
 func common(thin bool) []replaytest.Case {
 	vol := func(size int64) *backends.Volume {
@@ -74,37 +52,37 @@ func common(thin bool) []replaytest.Case {
 	return []replaytest.Case{
 		// 3 blocks and a byte round up to 4 blocks of 16 KiB. The parent
 		// dataset does not exist yet: it is created and the create retried.
-		{Label: "create", Call: create(id, 3*unit+1), Want: vol(4 * unit)},
-		{Label: "get", Call: get(id), Want: vol(4 * unit)},
-		{Label: "device-path", Call: devicePath, Want: "/dev/zd0"},
+		{Label: "create", Call: replaytest.Create(id, 3*unit+1), Want: vol(4 * unit)},
+		{Label: "get", Call: replaytest.Get(id), Want: vol(4 * unit)},
+		{Label: "device-path", Call: replaytest.DevicePath(id), Want: "/dev/zd0"},
 		// zfs create says "dataset already exists"; the zvol has the size.
-		{Label: "create-again", Call: create(id, 3*unit+1), Want: vol(4 * unit)},
-		{Label: "create-other-size", Call: create(id, 5*unit), Err: backends.ErrConflict},
-		{Label: "expand", Call: expand(id, 5*unit+1), Want: vol(6 * unit)},
-		{Label: "expand-same", Call: expand(id, 6*unit), Want: vol(6 * unit)},
-		{Label: "expand-shrink", Call: expand(id, 5*unit), Err: backends.ErrShrink},
+		{Label: "create-again", Call: replaytest.Create(id, 3*unit+1), Want: vol(4 * unit)},
+		{Label: "create-other-size", Call: replaytest.Create(id, 5*unit), Err: backends.ErrConflict},
+		{Label: "expand", Call: replaytest.Expand(id, 5*unit+1), Want: vol(6 * unit)},
+		{Label: "expand-same", Call: replaytest.Expand(id, 6*unit), Want: vol(6 * unit)},
+		{Label: "expand-shrink", Call: replaytest.Expand(id, 5*unit), Err: backends.ErrShrink},
 		// A thick zvol "foreign" without the owner property is left out.
-		{Label: "list", Call: list, Want: []backends.Volume{*vol(6 * unit)}},
-		{Label: "get-foreign", Call: get("foreign"), Err: backends.ErrConflict},
-		{Label: "create-foreign", Call: create("foreign", 2*unit), Err: backends.ErrConflict},
-		{Label: "delete-foreign", Call: del("foreign"), Err: backends.ErrConflict},
-		{Label: "expand-foreign", Call: expand("foreign", 3*unit), Err: backends.ErrConflict},
+		{Label: "list", Call: replaytest.List, Want: []backends.Volume{*vol(6 * unit)}},
+		{Label: "get-foreign", Call: replaytest.Get("foreign"), Err: backends.ErrConflict},
+		{Label: "create-foreign", Call: replaytest.Create("foreign", 2*unit), Err: backends.ErrConflict},
+		{Label: "delete-foreign", Call: replaytest.Delete("foreign"), Err: backends.ErrConflict},
+		{Label: "expand-foreign", Call: replaytest.Expand("foreign", 3*unit), Err: backends.ErrConflict},
 		// "dataset is busy" while the device is open.
-		{Label: "delete-busy", Call: del(id), Err: backends.ErrBusy},
-		{Label: "delete", Call: del(id), Want: nil},
+		{Label: "delete-busy", Call: replaytest.Delete(id), Err: backends.ErrBusy},
+		{Label: "delete", Call: replaytest.Delete(id), Want: nil},
 		// "dataset does not exist", and zpool confirms the pool is there.
-		{Label: "get-missing", Call: get(id), Err: backends.ErrNotFound},
-		{Label: "delete-missing", Call: del(id), Want: nil},
-		{Label: "expand-missing", Call: expand(id, 8*unit), Err: backends.ErrNotFound},
-		{Label: "create-too-big", Call: create("pvc-huge", 1<<30), Err: backends.ErrNoSpace},
-		{Label: "expand-too-big", Call: expand("pvc-small", 1<<30), Err: backends.ErrNoSpace},
+		{Label: "get-missing", Call: replaytest.Get(id), Err: backends.ErrNotFound},
+		{Label: "delete-missing", Call: replaytest.Delete(id), Want: nil},
+		{Label: "expand-missing", Call: replaytest.Expand(id, 8*unit), Err: backends.ErrNotFound},
+		{Label: "create-too-big", Call: replaytest.Create("pvc-huge", 1<<30), Err: backends.ErrNoSpace},
+		{Label: "expand-too-big", Call: replaytest.Expand("pvc-small", 1<<30), Err: backends.ErrNoSpace},
 		// The pool does not exist: "no such pool", or "dataset does not
 		// exist" from zfs and then "no such pool" from zpool.
-		{Label: "missing-create", Missing: true, Call: create(id, 3*unit+1), Err: backends.ErrStoreNotFound},
-		{Label: "missing-get", Missing: true, Call: get(id), Err: backends.ErrStoreNotFound},
-		{Label: "missing-delete", Missing: true, Call: del(id), Err: backends.ErrStoreNotFound},
-		{Label: "missing-capacity", Missing: true, Call: capacity, Err: backends.ErrStoreNotFound},
-		{Label: "missing-list", Missing: true, Call: list, Err: backends.ErrStoreNotFound},
+		{Label: "missing-create", Missing: true, Call: replaytest.Create(id, 3*unit+1), Err: backends.ErrStoreNotFound},
+		{Label: "missing-get", Missing: true, Call: replaytest.Get(id), Err: backends.ErrStoreNotFound},
+		{Label: "missing-delete", Missing: true, Call: replaytest.Delete(id), Err: backends.ErrStoreNotFound},
+		{Label: "missing-capacity", Missing: true, Call: replaytest.Capacity, Err: backends.ErrStoreNotFound},
+		{Label: "missing-list", Missing: true, Call: replaytest.List, Err: backends.ErrStoreNotFound},
 	}
 }
 
@@ -113,7 +91,7 @@ func TestThickReplay(t *testing.T) {
 		// An empty pool: the parent dataset does not exist yet, so the
 		// pool's root gives the figures (used 113664, available
 		// 368985088).
-		replaytest.Case{Label: "capacity", Call: capacity,
+		replaytest.Case{Label: "capacity", Call: replaytest.Capacity,
 			Want: &backends.Capacity{TotalBytes: 113664 + 368985088, AvailableBytes: 368985088}},
 	)
 	replaytest.Run(t, "testdata/zfs-thick", newBackend(false), cases)
@@ -121,11 +99,11 @@ func TestThickReplay(t *testing.T) {
 
 func TestSparseReplay(t *testing.T) {
 	cases := append(common(true),
-		replaytest.Case{Label: "capacity", Call: capacity,
+		replaytest.Case{Label: "capacity", Call: replaytest.Capacity,
 			Want: &backends.Capacity{TotalBytes: 109056 + 368989696, AvailableBytes: 368989696}},
 		// The pool's parent dataset has 366744576 bytes available and
 		// only a thick zvol in it: that much may be promised, no more.
-		replaytest.Case{Label: "create-over-available", Call: create("pvc-over", 366744576+unit), Err: backends.ErrNoSpace},
+		replaytest.Case{Label: "create-over-available", Call: replaytest.Create("pvc-over", 366744576+unit), Err: backends.ErrNoSpace},
 	)
 	replaytest.Run(t, "testdata/zfs-sparse", newBackend(true), cases)
 }

@@ -91,3 +91,36 @@ func Labels(t *testing.T, dir string) []string {
 	}
 	return labels
 }
+
+// The calls of the cases, one per Backend method.
+
+// Create calls b.Create(ctx, id, size).
+func Create(id string, size int64) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Create(ctx, id, size) }
+}
+
+// Expand calls b.Expand(ctx, id, size).
+func Expand(id string, size int64) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Expand(ctx, id, size) }
+}
+
+// Get calls b.Get(ctx, id).
+func Get(id string) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return b.Get(ctx, id) }
+}
+
+// Delete calls b.Delete(ctx, id); the result is nil.
+func Delete(id string) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return nil, b.Delete(ctx, id) }
+}
+
+// DevicePath calls b.DevicePath(ctx, id).
+func DevicePath(id string) func(context.Context, backends.Backend) (any, error) {
+	return func(ctx context.Context, b backends.Backend) (any, error) { return b.DevicePath(ctx, id) }
+}
+
+// Capacity calls b.Capacity(ctx).
+func Capacity(ctx context.Context, b backends.Backend) (any, error) { return b.Capacity(ctx) }
+
+// List calls b.List(ctx).
+func List(ctx context.Context, b backends.Backend) (any, error) { return b.List(ctx) }
