@@ -190,7 +190,8 @@ type TestOptions struct {
 	// TestArgs are passed to every test binary after -test.v, e.g.
 	// -test.run=TestSmoke.
 	TestArgs []string
-	// PackageTimeout is each binary's -test.timeout (10 minutes if zero).
+	// PackageTimeout is each binary's -test.timeout (15 minutes if zero; a later
+	// -test.timeout in TestArgs overrides it).
 	PackageTimeout time.Duration
 	Stdout         io.Writer // os.Stdout if nil
 	Log            io.Writer // os.Stderr if nil
@@ -245,7 +246,7 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 		o.Log = os.Stderr
 	}
 	if o.PackageTimeout == 0 {
-		o.PackageTimeout = 10 * time.Minute
+		o.PackageTimeout = 15 * time.Minute
 	}
 	if len(pkgs) == 0 {
 		return nil, &Error{Op: "run tests", Err: fmt.Errorf("no packages with %s-tagged tests", KernelTag)}

@@ -19,7 +19,7 @@ import (
 type VMConfig struct {
 	MemoryMB int           // DefaultMemoryMB if zero
 	CPUs     int           // DefaultCPUs if zero
-	Timeout  time.Duration // hard limit; qemu's process group is killed after it. 20 minutes if zero.
+	Timeout  time.Duration // hard limit; QEMU's process group is killed after it. 30 minutes if zero.
 	// KernelArgs are appended to the guest kernel command line.
 	KernelArgs []string
 }
@@ -110,7 +110,7 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 		vm.CPUs = DefaultCPUs
 	}
 	if vm.Timeout == 0 {
-		vm.Timeout = 20 * time.Minute
+		vm.Timeout = 30 * time.Minute
 	}
 	stdout := o.Stdout
 	if stdout == nil {

@@ -64,7 +64,7 @@ func (o *options) register(fs *flag.FlagSet) {
 			", replaced by the archive's current ABI with a warning if gone; an explicit one is never replaced")
 	fs.IntVar(&o.vm.MemoryMB, "m", kernelvm.DefaultMemoryMB, "guest memory in MiB")
 	fs.IntVar(&o.vm.CPUs, "smp", kernelvm.DefaultCPUs, "guest CPUs")
-	fs.DurationVar(&o.vm.Timeout, "timeout", 20*time.Minute, "hard limit for the VM; qemu is killed after it")
+	fs.DurationVar(&o.vm.Timeout, "timeout", 30*time.Minute, "hard limit for the VM; qemu is killed after it")
 	fs.BoolVar(&o.keep, "keep", false, "keep the run directory (console log, dmesg, test binaries) even on success")
 }
 
