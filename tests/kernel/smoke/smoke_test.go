@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -152,14 +151,9 @@ func writeFile(t *testing.T, path string, data []byte) {
 
 func deviceSize(t *testing.T, dev string) int64 {
 	t.Helper()
-	f, err := os.Open(dev)
+	n, err := fixture.DeviceSize(dev)
 	if err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	n, err := f.Seek(0, io.SeekEnd)
-	if err != nil {
-		t.Fatalf("size of %s: %v", dev, err)
 	}
 	return n
 }
