@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
 
 // VMConfig sizes and bounds one boot.
@@ -128,7 +130,7 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 		"console=ttyS0", "quiet", "loglevel=3", "panic=-1",
 		// Spectre/Meltdown mitigations only slow an emulated CPU down.
 		"mitigations=off",
-		"pillar.lab=1", "pillar.run=" + r.Dir,
+		guest.Marker, "pillar.run=" + r.Dir,
 	}
 	append_ = append(append_, vm.KernelArgs...)
 	chardev := "stdio,id=con,signal=off"
