@@ -301,6 +301,11 @@ runpkg() {
 	[ "$st" -eq 0 ] || rc=1
 }
 `)
+	var mods []string
+	for _, p := range pkgs {
+		mods = append(mods, p.ModuleDir)
+	}
+	s.WriteString(exposeScript(mods))
 	args := []string{"-test.v", "-test.timeout=" + o.PackageTimeout.String()}
 	args = append(args, o.TestArgs...)
 	for i, p := range pkgs {

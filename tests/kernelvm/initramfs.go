@@ -41,7 +41,7 @@ var ExtraModules = []string{
 
 // initFormat changes whenever the initramfs layout changes in a way its
 // inputs do not show, to invalidate cached images.
-const initFormat = "1"
+const initFormat = "2"
 
 // initScript is the initramfs's /init. It loads the module set, mounts the
 // host root read-only over 9p with a tmpfs overlay on top (so the guest
@@ -98,6 +98,9 @@ mount -t devpts -o newinstance,ptmxmode=0666 devpts $N/dev/pts
 mount -t tmpfs -o mode=1777 shm $N/dev/shm
 mount -t tmpfs -o mode=1777 tmp $N/tmp
 mount -t tmpfs -o mode=0755 run $N/run
+# The host root stays reachable under /run so that guest scripts can show
+# host paths the tmpfs on /tmp hides (a checkout under /tmp).
+mkdir -p $N/run/pillar-lab/host && mount -o bind /mnt/host $N/run/pillar-lab/host
 mkdir -p $N/lib/modules/$KVER && mount -o bind /lib/modules/$KVER $N/lib/modules/$KVER
 mkdir -p $N$RUN/out
 mount -t 9p -o "$P9" labout $N$RUN/out || die "cannot mount the run's output share"

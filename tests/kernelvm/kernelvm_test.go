@@ -254,3 +254,17 @@ func TestKernelTestFailsOutsideLab(t *testing.T) {
 		t.Fatalf("output does not show RequireGuest's failure:\n%s", out)
 	}
 }
+
+func TestExposeScript(t *testing.T) {
+	got := exposeScript([]string{"/tmp/ci/tests", "/work/main", "/tmp/ci", "/tmp/ci/api", "/tmpfoo"})
+	lines := strings.Split(strings.TrimSpace(got), "\n")
+	if len(lines) != 1 {
+		t.Fatalf("want one overlay (for /tmp/ci, covering its modules), got:\n%s", got)
+	}
+	if !strings.Contains(lines[0], "lowerdir=/run/pillar-lab/host/tmp/ci,") || !strings.HasSuffix(lines[0], "overlay /tmp/ci || exit 125") {
+		t.Errorf("overlay line %q", lines[0])
+	}
+	if exposeScript([]string{"/work/main", "/var/cache/x"}) != "" {
+		t.Error("paths the guest does not hide need no overlay")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -266,13 +267,54 @@ const guestEnv = `export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 export HOME=/root TMPDIR=/tmp LANG=C.UTF-8 TERM=${TERM:-linux}
 `
 
+// hiddenByGuest reports whether the guest's own tmpfs on /tmp hides the
+// host path p.
+func hiddenByGuest(p string) bool {
+	p = filepath.Clean(p)
+	return p == "/tmp" || strings.HasPrefix(p, "/tmp/")
+}
+
+// exposeScript returns guest shell lines that make the host directories
+// dirs visible again at their own paths when the guest's /tmp hides them
+// (a CI checkout under /tmp, say): each gets a writable overlay of the
+// host's copy, which init keeps reachable under /run/pillar-lab/host.
+func exposeScript(dirs []string) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	n := 0
+	dirs = slices.Clone(dirs)
+	slices.Sort(dirs) // parents before their children
+	for _, d := range dirs {
+		d = filepath.Clean(d)
+		if !hiddenByGuest(d) || seen[d] {
+			continue
+		}
+		covered := false
+		for s := range seen {
+			if strings.HasPrefix(d, s+"/") {
+				covered = true
+			}
+		}
+		if covered {
+			continue
+		}
+		seen[d] = true
+		ov := fmt.Sprintf("/run/pillar-lab/expose/%d", n)
+		n++
+		fmt.Fprintf(&b, "mkdir -p %s/u %s/w %s && mount -t overlay -o lowerdir=%s,upperdir=%s/u,workdir=%s/w overlay %s || exit 125\n",
+			ov, ov, shellQuote(d), shellQuote("/run/pillar-lab/host"+d), ov, ov, shellQuote(d))
+	}
+	return b.String()
+}
+
 // CommandScript returns a guest script that runs argv as root in dir (or
-// / if dir is empty or missing in the guest, such as a host /tmp path).
+// / if dir is empty).
 func CommandScript(dir string, argv []string) string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
 	b.WriteString(guestEnv)
 	if dir != "" {
+		b.WriteString(exposeScript([]string{dir}))
 		fmt.Fprintf(&b, "cd %s 2>/dev/null || cd /\n", shellQuote(dir))
 	}
 	b.WriteString("exec")
@@ -290,6 +332,7 @@ func ShellScript(dir string, rows, cols int) string {
 	b.WriteString("#!/bin/sh\n")
 	b.WriteString(guestEnv)
 	if dir != "" {
+		b.WriteString(exposeScript([]string{dir}))
 		fmt.Fprintf(&b, "cd %s 2>/dev/null || cd /\n", shellQuote(dir))
 	}
 	if rows > 0 && cols > 0 {
