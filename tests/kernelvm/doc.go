@@ -41,6 +41,9 @@
 //     the host, so keep heavy computation on the host.
 //   - The guest's /tmp is a fresh tmpfs that hides the host's /tmp: put
 //     anything the guest must execute under the cache directory (Run.Dir).
+//     Init keeps the host root reachable at /run/pillar-lab/host, and the
+//     guest scripts the lab writes overlay a workspace or working
+//     directory under /tmp back at its own path.
 //   - Kernel messages at warning level and below stay off the console
 //     (loglevel=3) so that test output is not interleaved with them; the
 //     whole kernel log is saved as out/dmesg.txt of the run, which is kept
