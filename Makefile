@@ -85,10 +85,19 @@ test: $(BIN)/kube-apiserver $(BIN)/etcd ## Run every module's tests (GOWORK=off)
 		(cd $$m && GOWORK=off go test $(TESTFLAGS) ./...) || exit 1; \
 	done
 
-.PHONY: test-kernel
-test-kernel: ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
+# The kernel lab's command; `go build` decides whether it is stale.
+.PHONY: pillar-lab
+pillar-lab:
 	cd tests && GOWORK=off go build -o $(BIN)/pillar-lab ./cmd/pillar-lab
+
+.PHONY: test-kernel
+test-kernel: pillar-lab ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
 	$(BIN)/pillar-lab test $(LABFLAGS)
+
+.PHONY: demo
+demo: pillar-lab ## Export a ZFS zvol over NVMe/TCP in the kernel lab, connect, write and verify (needs root)
+	cd configfs && GOWORK=off go build -o $(BIN)/nvmet-export ./examples/nvmet-export
+	$(BIN)/pillar-lab run -- env PILLAR_BIN=$(BIN) sh $(CURDIR)/tests/demo/nvmeof-export.sh
 
 .PHONY: check
 check: verify test test-kernel ## Everything CI runs: verify, test, test-kernel
