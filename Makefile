@@ -80,10 +80,11 @@ export PILLAR_FENCING_CRASH_KILLS ?= $(if $(CI),1000,50)
 
 .PHONY: test
 test: $(BIN)/kube-apiserver $(BIN)/etcd ## Run every module's tests (GOWORK=off), including the real API-server suites
-	@for m in $(MODULES); do \
+	@failed=; for m in $(MODULES); do \
 		echo ">> go test $$m"; \
-		(cd $$m && GOWORK=off go test $(TESTFLAGS) ./...) || exit 1; \
-	done
+		(cd $$m && GOWORK=off go test $(TESTFLAGS) ./...) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: tests failed in:$$failed" >&2; exit 1; fi
 
 # The kernel lab's command; `go build` decides whether it is stale.
 .PHONY: pillar-lab

@@ -63,7 +63,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 git ls-files -z -co --exclude-standard | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
 	tar --null -T - -cf - | tar -xf - -C "$scratch"
-ln -s "$REPO_ROOT/bin" "$scratch/bin"
+rm -rf "$scratch/bin" && ln -s "$REPO_ROOT/bin" "$scratch/bin"
 if (cd "$scratch" && hack/generate.sh "${modules[@]}" >/dev/null); then
 	stale=$({ diff -rq --exclude=bin --exclude=.git "$REPO_ROOT" "$scratch" 2>&1 || true; } |
 		{ grep -v "^Only in $REPO_ROOT" || true; })
