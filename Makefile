@@ -95,6 +95,14 @@ pillar-lab:
 test-kernel: pillar-lab ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
 	$(BIN)/pillar-lab test $(LABFLAGS)
 
+# The in-VM benchmarks: configfs Apply/Remove against a direct-syscall floor
+# and a shell script, and backend create+delete of 64 volumes against the
+# same commands in a shell loop. Each reports its ratios.
+.PHONY: bench-kernel
+bench-kernel: pillar-lab ## Run the real-kernel benchmarks (configfs, backends) in the kernel lab (needs root)
+	$(BIN)/pillar-lab test -timeout 60m configfs -- -test.run '^$$' -test.bench . -test.benchtime 20x -test.timeout 40m
+	$(BIN)/pillar-lab test -timeout 60m tests/kernel/backends -- -test.run '^$$' -test.bench . -test.benchtime 1x -test.timeout 40m
+
 .PHONY: demo
 demo: pillar-lab ## Export a ZFS zvol over NVMe/TCP in the kernel lab, connect, write and verify (needs root)
 	cd configfs && GOWORK=off go build -o $(BIN)/nvmet-export ./examples/nvmet-export
@@ -103,7 +111,7 @@ demo: pillar-lab ## Export a ZFS zvol over NVMe/TCP in the kernel lab, connect, 
 .PHONY: check
 check: verify test test-kernel ## Everything CI runs: verify, test, test-kernel
 
-# Benchmarks that need no VM; the in-VM benchmarks run through the kernel lab.
+# Benchmarks that need no VM; `make bench-kernel` runs the in-VM ones.
 BENCHFLAGS ?= -benchmem -count=1
 
 .PHONY: bench
