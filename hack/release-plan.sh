@@ -31,6 +31,7 @@ fi
 echo
 echo "2. pillar-csi modules it requires (each must be tagged first and required at that tag)"
 blocked=0
+deps=$(cd "$m" && GOWORK=off go list -m -f '{{if not .Main}}{{.Path}} {{.Version}}{{end}}' all | grep "^github.com/pillar-csi/pillar-csi/" || true)
 while read -r dep ver; do
 	[ -n "$dep" ] || continue
 	depname=${dep#github.com/pillar-csi/pillar-csi/}
@@ -44,7 +45,8 @@ while read -r dep ver; do
 	else
 		echo "   ok $depname $ver"
 	fi
-done < <(cd "$m" && GOWORK=off go list -m -f '{{if not .Main}}{{.Path}} {{.Version}}{{end}}' all | grep "^github.com/pillar-csi/pillar-csi/" || true)
+done <<<"$deps"
+[ -n "$deps" ] || echo "   none"
 [ $blocked -eq 0 ] || echo "   (blocked until the lines marked !! are fixed)"
 
 echo
