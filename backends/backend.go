@@ -103,12 +103,21 @@ func ValidateVolumeID(id string) error {
 	return nil
 }
 
+// ValidateSize refuses a size that is not positive; the error wraps
+// ErrInvalidArgument. Backends call it before they run any command.
+func ValidateSize(size int64) error {
+	if size <= 0 {
+		return fmt.Errorf("%w: size %d bytes: must be positive", ErrInvalidArgument, size)
+	}
+	return nil
+}
+
 // RoundUp returns size rounded up to a multiple of unit. It refuses a size
 // that is not positive, a unit that is not positive, and a result that
 // does not fit in an int64; the error wraps ErrInvalidArgument.
 func RoundUp(size, unit int64) (int64, error) {
-	if size <= 0 {
-		return 0, fmt.Errorf("%w: size %d bytes: must be positive", ErrInvalidArgument, size)
+	if err := ValidateSize(size); err != nil {
+		return 0, err
 	}
 	if unit <= 0 {
 		return 0, fmt.Errorf("%w: allocation unit %d bytes: must be positive", ErrInvalidArgument, unit)

@@ -56,8 +56,8 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	if err := backends.ValidateVolumeID(id); err != nil {
 		return nil, err
 	}
-	if sizeBytes <= 0 {
-		return nil, errs.New(backends.ErrInvalidArgument, nil, "size %d bytes: must be positive", sizeBytes)
+	if err := backends.ValidateSize(sizeBytes); err != nil {
+		return nil, err
 	}
 	name := LVName(b.vg, id)
 	var args []string
@@ -234,8 +234,8 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 	if err := backends.ValidateVolumeID(id); err != nil {
 		return nil, err
 	}
-	if sizeBytes <= 0 {
-		return nil, errs.New(backends.ErrInvalidArgument, nil, "size %d bytes: must be positive", sizeBytes)
+	if err := backends.ValidateSize(sizeBytes); err != nil {
+		return nil, err
 	}
 	l, err := b.get(ctx, id)
 	if err != nil {

@@ -227,8 +227,8 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 	if _, err := b.checkID(id); err != nil {
 		return nil, err
 	}
-	if sizeBytes <= 0 {
-		return nil, errs.New(backends.ErrInvalidArgument, nil, "size %d bytes: must be positive", sizeBytes)
+	if err := backends.ValidateSize(sizeBytes); err != nil {
+		return nil, err
 	}
 	z, err := b.get(ctx, id)
 	if err != nil {
