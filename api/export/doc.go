@@ -26,6 +26,12 @@
 // ID still exists, because the PillarVolumeState named after the ID exists
 // until the old volume is gone.
 //
+// The package also holds the rest of the controller⇄node contract: the
+// keys of the CSI volume context the controller sets and the node reads
+// (ParseVolumeContext, VolumeContext.Map), and the node ID format, which
+// carries the worker's Kubernetes node name and host NQN (NodeID,
+// FormatNodeID, ParseNodeID).
+//
 // Every function is pure and needs no I/O; invalid input gets an *Error that
 // wraps ErrInvalidVolumeID or ErrInvalidNQN.
 package export

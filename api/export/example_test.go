@@ -47,3 +47,31 @@ func ExampleValidateNQN() {
 	// <nil>
 	// export.ValidateNQN "nqn.2014-08.org.example:a/b": invalid NQN: want nqn.yyyy-mm.reversed.domain:name, printable ASCII without spaces or '/'
 }
+
+// The node reads the volume context the controller wrote; a context for
+// another volume's subsystem is refused.
+func ExampleParseVolumeContext() {
+	vc, err := export.ParseVolumeContext("pvc-1", map[string]string{
+		export.ContextTransport:              "tcp",
+		export.ContextTargetAddress:          "192.0.2.10",
+		export.ContextTargetPort:             "4420",
+		export.ContextSubsystemNQN:           "nqn.2026-01.io.pillar-csi:volume:pvc-1",
+		export.ContextCtrlLossTimeoutSeconds: "30",
+	})
+	fmt.Println(vc.Address, vc.Port, *vc.Connect.CtrlLossTimeoutSeconds, err)
+	_, err = export.ParseVolumeContext("pvc-2", vc.Map())
+	fmt.Println(err)
+	// Output:
+	// 192.0.2.10 4420 30 <nil>
+	// export.ParseVolumeContext "pvc-2": invalid volume context: pillar-csi.io/subsystemNQN "nqn.2026-01.io.pillar-csi:volume:pvc-1" is not the subsystem of volume "pvc-2" (want "nqn.2026-01.io.pillar-csi:volume:pvc-2")
+}
+
+func ExampleFormatNodeID() {
+	id, _ := export.FormatNodeID("worker-1", "nqn.2014-08.org.nvmexpress:uuid:6b6f3a52-7c1e-4a0e-9a55-4d6d0c2f5a11")
+	fmt.Println(id)
+	n, _ := export.ParseNodeID(id)
+	fmt.Println(n.NodeName, n.HostNQN)
+	// Output:
+	// worker-1/nqn.2014-08.org.nvmexpress:uuid:6b6f3a52-7c1e-4a0e-9a55-4d6d0c2f5a11
+	// worker-1 nqn.2014-08.org.nvmexpress:uuid:6b6f3a52-7c1e-4a0e-9a55-4d6d0c2f5a11
+}
