@@ -1,3 +1,27 @@
 module github.com/pillar-csi/pillar-csi/agent
 
 go 1.26.0
+
+require (
+	github.com/pillar-csi/pillar-csi/api v0.0.0
+	github.com/pillar-csi/pillar-csi/backends v0.0.0
+	github.com/pillar-csi/pillar-csi/configfs v0.0.0
+	github.com/pillar-csi/pillar-csi/fencing v0.0.0
+	golang.org/x/sys v0.50.0
+	google.golang.org/grpc v1.85.0
+)
+
+require (
+	github.com/google/renameio/v2 v2.0.2 // indirect
+	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace (
+	github.com/pillar-csi/pillar-csi/api => ../api
+	github.com/pillar-csi/pillar-csi/backends => ../backends
+	github.com/pillar-csi/pillar-csi/configfs => ../configfs
+	github.com/pillar-csi/pillar-csi/fencing => ../fencing
+)

@@ -1,0 +1,104 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"syscall"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/configfs"
+	"github.com/pillar-csi/pillar-csi/fencing"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// toStatus is the one place where the errors of the backends, of configfs
+// and of the fencing store become gRPC codes. op and volumeID prefix the
+// message, which keeps the tool's or kernel's own words (command line,
+// stderr, configfs path, errno). ctx is the call's context: a timeout is
+// DEADLINE_EXCEEDED when the caller's deadline passed, and UNAVAILABLE
+// when only a tool's own timeout (Config.CommandTimeout) did, because the
+// node was too slow and a retry may succeed.
+//
+// Fencing refusals never reach this function; fenceError reports them
+// with their FencingRejection detail.
+func toStatus(ctx context.Context, op, volumeID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	msg := op
+	if volumeID != "" {
+		msg += fmt.Sprintf(" volume %q", volumeID)
+	}
+	msg += ": " + err.Error()
+	return status.Error(codeOf(ctx, err), msg)
+}
+
+func codeOf(ctx context.Context, err error) codes.Code {
+	switch {
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		if ctx.Err() != nil {
+			return codes.DeadlineExceeded
+		}
+		return codes.Unavailable
+	case errors.Is(err, context.Canceled):
+		return codes.Unavailable
+
+	// The fencing store: closed while shutting down, or locked by
+	// another agent; anything else (a mark that could not be made
+	// durable) is INTERNAL below.
+	case errors.Is(err, fencing.ErrClosed), errors.Is(err, fencing.ErrLocked):
+		return codes.Unavailable
+
+	// A tool that is not installed: this node cannot serve the backend.
+	case errors.Is(err, exec.ErrNotFound):
+		return codes.Unimplemented
+
+	// The backends' sentinels.
+	case errors.Is(err, backends.ErrInvalidArgument):
+		return codes.InvalidArgument
+	case errors.Is(err, backends.ErrStoreNotFound):
+		// The proto's FAILED_PRECONDITION "without the fencing detail":
+		// the node cannot serve the store.
+		return codes.FailedPrecondition
+	case errors.Is(err, backends.ErrNotFound):
+		return codes.NotFound
+	case errors.Is(err, backends.ErrConflict):
+		return codes.AlreadyExists
+	case errors.Is(err, backends.ErrNoSpace):
+		return codes.ResourceExhausted
+	case errors.Is(err, backends.ErrShrink), errors.Is(err, backends.ErrBusy):
+		return codes.FailedPrecondition
+	}
+
+	var ce *configfs.Error
+	if errors.As(err, &ce) {
+		switch {
+		case configfs.IsInvalid(err):
+			// Refused before any write, or EINVAL from nvmet (for
+			// example a port link to an address the transport cannot
+			// parse).
+			return codes.InvalidArgument
+		case errors.Is(err, syscall.EADDRINUSE), errors.Is(err, syscall.EADDRNOTAVAIL):
+			// nvmet-tcp cannot listen there: another listener holds the
+			// address, or the node does not have it.
+			return codes.FailedPrecondition
+		case configfs.IsBusy(err):
+			return codes.FailedPrecondition
+		case configfs.IsExist(err):
+			return codes.AlreadyExists
+		case configfs.IsNotExist(err):
+			// nvmet not loaded, or configfs not mounted: the node cannot
+			// export until an operator fixes it.
+			return codes.FailedPrecondition
+		}
+	}
+	return codes.Internal
+}

@@ -1,0 +1,364 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/configfs"
+	"github.com/pillar-csi/pillar-csi/fencing"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Model is the attr_model of every subsystem the agent creates, so that an
+// operator looking at configfs or at `nvme list` on a worker sees whose
+// export it is. Ownership itself is the NQN prefix (export.SubsystemNQNPrefix).
+const Model = "pillar-csi"
+
+// rollbackTimeout bounds the removal of a half-made export after a failed
+// ExportVolume, which runs even when the caller's context has ended.
+const rollbackTimeout = 30 * time.Second
+
+// tcpTransport is a validated NvmeofTcpExport.
+type tcpTransport struct {
+	addr configfs.Address
+	acl  bool
+}
+
+func parseTCP(op, id string, t *agentv1.NvmeofTcpExport) (tcpTransport, error) {
+	if t == nil {
+		return tcpTransport{}, status.Errorf(codes.InvalidArgument, "%s volume %q: transport nvmeof_tcp is required", op, id)
+	}
+	ip := net.ParseIP(t.GetBindAddress())
+	if ip == nil {
+		return tcpTransport{}, status.Errorf(codes.InvalidArgument, "%s volume %q: bind_address %q is not an IPv4 or IPv6 address", op, id, t.GetBindAddress())
+	}
+	if t.GetPort() < 1 || t.GetPort() > 65535 {
+		return tcpTransport{}, status.Errorf(codes.InvalidArgument, "%s volume %q: port %d is outside 1..65535", op, id, t.GetPort())
+	}
+	fam := "ipv6"
+	if ip.To4() != nil {
+		fam = "ipv4"
+	}
+	return tcpTransport{
+		addr: configfs.Address{TrType: "tcp", AdrFam: fam, TrAddr: ip.String(), TrSvcID: strconv.FormatUint(uint64(t.GetPort()), 10)},
+		acl:  t.GetAclEnabled(),
+	}, nil
+}
+
+// desiredExport is the nvmet export of one volume: one subsystem named by
+// the volume's NQN, one namespace (NSID 1) on the volume's device with the
+// UUID and NGUID of the api/export contract, linked to one TCP port, and
+// either open to any host or limited to hosts.
+func desiredExport(ident export.Identity, device string, t tcpTransport, hosts []string) configfs.Export {
+	e := configfs.Export{
+		NQN: ident.SubsystemNQN,
+		Attrs: configfs.SubsystemAttrs{
+			AllowAnyHost: !t.acl,
+			Model:        Model,
+			Serial:       serialOf(ident),
+		},
+		Namespaces: []configfs.Namespace{{
+			NSID:        ident.NamespaceID,
+			DevicePath:  device,
+			DeviceUUID:  ident.UUID,
+			DeviceNGUID: ident.NGUID,
+			Enabled:     true,
+		}},
+		Ports: []configfs.Address{t.addr},
+	}
+	if t.acl {
+		e.AllowedHosts = slices.Clone(hosts)
+	}
+	return e
+}
+
+// serialOf is the subsystem's serial number: the first 20 hex digits of
+// the volume's NGUID. Deriving it keeps it the same when configfs is
+// rebuilt after a reboot, so an initiator that reconnects sees the same
+// controller identity; nvmet's default is random.
+func serialOf(ident export.Identity) string {
+	return strings.ReplaceAll(ident.NGUID, "-", "")[:20]
+}
+
+// apply makes e true in configfs. If the subsystem did not exist before
+// and Apply fails, what it made is removed again, so a failed export
+// leaves nothing behind; an export that existed is left for the retry to
+// converge (Apply continues from any state).
+func (s *Server) apply(ctx context.Context, log *slog.Logger, e configfs.Export, existed bool) error {
+	err := s.nvmet.Apply(ctx, e)
+	if err == nil {
+		s.noteExport(e.NQN, true)
+		return nil
+	}
+	if !existed {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
+		defer cancel()
+		if rerr := s.nvmet.Remove(rctx, e.NQN); rerr != nil {
+			log.Error("rollback of a failed export failed; a retry converges it", "nqn", e.NQN, "err", rerr)
+			s.noteExport(e.NQN, true)
+		} else {
+			log.Info("rolled back a failed export", "nqn", e.NQN)
+		}
+	}
+	return err
+}
+
+// ExportVolume makes the volume reachable over NVMe-oF/TCP.
+func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequest) (*agentv1.ExportVolumeResponse, error) {
+	const op = "ExportVolume"
+	id := req.GetVolumeId()
+	if err := validateVolumeID(op, id); err != nil {
+		return nil, err
+	}
+	ident, _ := export.For(id)
+	if err := subsystemNQN(op, ident, req.GetSubsystemNqn()); err != nil {
+		return nil, err
+	}
+	t, err := parseTCP(op, id, req.GetNvmeofTcp())
+	if err != nil {
+		return nil, err
+	}
+	b, spec, err := s.backend(op, req.GetStore())
+	if err != nil {
+		return nil, err
+	}
+	log := s.log.With("volume_id", id, "store", spec.String())
+	var out configfs.Export
+	err = s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), func(ctx context.Context) error {
+		// The device is looked up on every call: after a reboot a zvol
+		// may come back as another /dev/zdN.
+		dev, err := b.DevicePath(ctx, id)
+		if err != nil {
+			log.Error("device lookup failed", "err", err)
+			return toStatus(ctx, op, id, err)
+		}
+		cur, existed, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN)
+		if err != nil {
+			return toStatus(ctx, op, id, err)
+		}
+		// ExportVolume leaves the access list as it is (AllowHost and
+		// DenyHost own it); nvmet drops it when the export opens up.
+		out = desiredExport(ident, dev, t, cur.AllowedHosts)
+		if err := s.apply(ctx, log, out, existed); err != nil {
+			log.Error("export failed", "nqn", ident.SubsystemNQN, "device", dev, "err", err)
+			return toStatus(ctx, op, id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("volume exported", "nqn", ident.SubsystemNQN, "device", out.Namespaces[0].DevicePath,
+		"address", t.addr.String(), "acl", t.acl)
+	return &agentv1.ExportVolumeResponse{Export: exportProto(ident, out)}, nil
+}
+
+// exportProto describes an export the agent made.
+func exportProto(ident export.Identity, e configfs.Export) *agentv1.Export {
+	out := &agentv1.Export{
+		VolumeId:       ident.VolumeID,
+		SubsystemNqn:   e.NQN,
+		NamespaceId:    ident.NamespaceID,
+		NamespaceUuid:  ident.UUID,
+		NamespaceNguid: ident.NGUID,
+	}
+	if len(e.Ports) > 0 {
+		port, _ := strconv.ParseUint(e.Ports[0].TrSvcID, 10, 16)
+		out.Transport = &agentv1.Export_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{
+			BindAddress: e.Ports[0].TrAddr, Port: uint32(port), AclEnabled: !e.Attrs.AllowAnyHost}}
+	}
+	if !e.Attrs.AllowAnyHost {
+		out.AllowedHostNqns = slices.Clone(e.AllowedHosts)
+	}
+	return out
+}
+
+// exportFromState describes a pillar-owned export as configfs has it. The
+// namespace identifiers are what the kernel holds, so drift is visible.
+func exportFromState(st *configfs.State, id, nqn string) *agentv1.Export {
+	e, _ := st.Export(nqn)
+	out := &agentv1.Export{VolumeId: id, SubsystemNqn: nqn}
+	for _, ns := range e.Namespaces {
+		if ns.NSID == export.NamespaceID {
+			out.NamespaceId, out.NamespaceUuid, out.NamespaceNguid = ns.NSID, ns.DeviceUUID, ns.DeviceNGUID
+		}
+	}
+	for _, a := range e.Ports {
+		if a.TrType != "tcp" {
+			continue
+		}
+		port, _ := strconv.ParseUint(a.TrSvcID, 10, 16)
+		out.Transport = &agentv1.Export_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{
+			BindAddress: a.TrAddr, Port: uint32(port), AclEnabled: !e.Attrs.AllowAnyHost}}
+		break
+	}
+	if !e.Attrs.AllowAnyHost {
+		out.AllowedHostNqns = slices.Clone(e.AllowedHosts)
+	}
+	return out
+}
+
+// UnexportVolume removes the volume's subsystem, namespace, allowed hosts
+// and port link, and ports nothing else uses.
+func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolumeRequest) (*agentv1.UnexportVolumeResponse, error) {
+	const op = "UnexportVolume"
+	id := req.GetVolumeId()
+	if err := validateVolumeID(op, id); err != nil {
+		return nil, err
+	}
+	ident, _ := export.For(id)
+	if err := subsystemNQN(op, ident, req.GetSubsystemNqn()); err != nil {
+		return nil, err
+	}
+	log := s.log.With("volume_id", id)
+	err := s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), func(ctx context.Context) error {
+		if err := s.nvmet.Remove(ctx, ident.SubsystemNQN); err != nil {
+			log.Error("unexport failed", "nqn", ident.SubsystemNQN, "err", err)
+			return toStatus(ctx, op, id, err)
+		}
+		s.noteExport(ident.SubsystemNQN, false)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("volume unexported", "nqn", ident.SubsystemNQN)
+	return &agentv1.UnexportVolumeResponse{}, nil
+}
+
+// AllowHost adds a host to the subsystem's access list.
+func (s *Server) AllowHost(ctx context.Context, req *agentv1.AllowHostRequest) (*agentv1.AllowHostResponse, error) {
+	err := s.changeHosts(ctx, "AllowHost", req.GetVolumeId(), req.GetSubsystemNqn(), req.GetHostNqn(), req.GetFencingToken(), true)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.AllowHostResponse{}, nil
+}
+
+// DenyHost removes a host from the subsystem's access list.
+func (s *Server) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*agentv1.DenyHostResponse, error) {
+	err := s.changeHosts(ctx, "DenyHost", req.GetVolumeId(), req.GetSubsystemNqn(), req.GetHostNqn(), req.GetFencingToken(), false)
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.DenyHostResponse{}, nil
+}
+
+func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *agentv1.FencingToken, allow bool) error {
+	if err := validateVolumeID(op, id); err != nil {
+		return err
+	}
+	ident, _ := export.For(id)
+	if err := subsystemNQN(op, ident, nqn); err != nil {
+		return err
+	}
+	if err := export.ValidateNQN(host); err != nil {
+		return status.Errorf(codes.InvalidArgument, "%s volume %q: host_nqn: %v", op, id, err)
+	}
+	log := s.log.With("volume_id", id)
+	return s.fenced(ctx, op, id, fencing.KindMutate, pt, func(ctx context.Context) error {
+		st, err := s.nvmet.Read(ctx)
+		if err != nil {
+			return toStatus(ctx, op, id, err)
+		}
+		e, ok := st.Export(ident.SubsystemNQN)
+		switch {
+		case !ok && allow:
+			return status.Errorf(codes.NotFound, "%s volume %q: not exported (no subsystem %s)", op, id, ident.SubsystemNQN)
+		case !ok:
+			return nil // not exported: the host cannot connect
+		case e.Attrs.AllowAnyHost:
+			// nvmet refuses access-list links while allow_any_host is
+			// set, and every host may connect anyway.
+			return nil
+		}
+		has := slices.Contains(e.AllowedHosts, host)
+		switch {
+		case allow && has, !allow && !has:
+			return nil
+		case allow:
+			e.AllowedHosts = append(e.AllowedHosts, host)
+		default:
+			e.AllowedHosts = slices.DeleteFunc(e.AllowedHosts, func(h string) bool { return h == host })
+		}
+		if err := s.nvmet.Apply(ctx, e); err != nil {
+			log.Error("access list change failed", "op", op, "host_nqn", host, "err", err)
+			return toStatus(ctx, op, id, err)
+		}
+		log.Info("access list changed", "op", op, "host_nqn", host)
+		return nil
+	})
+}
+
+// ListExports lists the pillar-owned exports on the node.
+func (s *Server) ListExports(ctx context.Context, _ *agentv1.ListExportsRequest) (*agentv1.ListExportsResponse, error) {
+	st, err := s.nvmet.Read(ctx)
+	if err != nil {
+		return nil, toStatus(ctx, "ListExports", "", err)
+	}
+	s.noteExports(st)
+	resp := &agentv1.ListExportsResponse{}
+	for _, sub := range st.Subsystems {
+		if id, ok := ownedVolumeID(sub.NQN); ok {
+			resp.Exports = append(resp.Exports, exportFromState(st, id, sub.NQN))
+		}
+	}
+	slices.SortFunc(resp.Exports, func(a, b *agentv1.Export) int { return strings.Compare(a.VolumeId, b.VolumeId) })
+	return resp, nil
+}
+
+// revalidate asks nvmet to re-read the size of an exported volume's
+// namespace, so connected initiators get a namespace-changed event. A
+// volume that is not exported needs nothing.
+func (s *Server) revalidate(ctx context.Context, ident export.Identity) error {
+	_, ok, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN)
+	if err != nil || !ok {
+		return err
+	}
+	return s.nvmet.Revalidate(ctx, ident.SubsystemNQN, ident.NamespaceID)
+}
+
+// kernelNvmet is a configfs.FS plus the one attribute the configfs module
+// does not cover: revalidate_size, a write-only trigger.
+type kernelNvmet struct {
+	*configfs.FS
+}
+
+// Revalidate writes 1 to the namespace's revalidate_size. nvmet also
+// re-reads the size whenever an initiator identifies the namespace, so on
+// a kernel without the attribute (before Linux 5.11) nothing is lost but
+// the immediate event.
+func (k kernelNvmet) Revalidate(ctx context.Context, nqn string, nsid uint32) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := filepath.Join(k.Root(), "nvmet", "subsystems", nqn, "namespaces", strconv.FormatUint(uint64(nsid), 10), "revalidate_size")
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return &configfs.Error{Op: "open", Path: p, Err: err}
+	}
+	_, werr := f.Write([]byte("1"))
+	cerr := f.Close()
+	if werr != nil {
+		return &configfs.Error{Op: "write", Path: p, Err: werr}
+	}
+	if cerr != nil {
+		return &configfs.Error{Op: "close", Path: p, Err: cerr}
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/fencing"
+	"github.com/pillar-csi/pillar-csi/fencing/grpcstatus"
+	"google.golang.org/grpc/status"
+)
+
+// fenced runs act for one volume the way every mutating RPC must: take the
+// volume's lock (ABORTED if another call holds it), check and advance the
+// volume's durable mark with the request's token, and only then act. The
+// store keeps its own per-volume lock while act runs (fencing.Store.Do),
+// so no change of an older token can run after a newer token was
+// accepted, even across the ABORTED check.
+//
+// A refused token returns FAILED_PRECONDITION with a FencingRejection
+// detail and act never runs. act must return gRPC status errors.
+func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func(context.Context) error) error {
+	unlock, err := s.locks.tryLock(id, op)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	tok := tokenOf(pt)
+	admitted := false
+	err = s.marks.Do(ctx, id, kind, tok, func(ctx context.Context) error {
+		admitted = true
+		return act(ctx)
+	})
+	if err != nil && !admitted {
+		return s.fenceError(ctx, op, id, pt, err)
+	}
+	return err
+}
+
+func tokenOf(pt *agentv1.FencingToken) fencing.Token {
+	if pt == nil {
+		return fencing.Token{}
+	}
+	return fencing.Token{UID: pt.GetLifecycleUid(), Generation: pt.GetPublicationGeneration()}
+}
+
+// fenceError reports an error of the fencing store's admission. A refusal
+// becomes FAILED_PRECONDITION carrying both the api's FencingRejection
+// (with the volume's current mark, for the operator) and the fencing
+// module's ErrorInfo, so either kind of client can tell it from other
+// failed preconditions.
+func (s *Server) fenceError(ctx context.Context, op, id string, pt *agentv1.FencingToken, err error) error {
+	if !fencing.IsRejected(err) {
+		s.log.Error("fencing store failed", "op", op, "volume_id", id, "err", err)
+		return toStatus(ctx, op, id, err)
+	}
+	reason := fencing.RejectionReason(err)
+	rej := &agentv1.FencingRejection{Reason: rejectionReason(reason), VolumeId: id}
+	if pt != nil {
+		rej.Presented = &agentv1.FencingToken{LifecycleUid: pt.GetLifecycleUid(), PublicationGeneration: pt.GetPublicationGeneration()}
+	}
+	if reason != fencing.ReasonMarkUnreadable {
+		// Reading the mark again is only for the report: it may have
+		// moved on since the decision, which is still the newer truth.
+		if m, gerr := s.marks.Get(ctx, id); gerr == nil && m != nil {
+			rej.Mark = &agentv1.FencingToken{LifecycleUid: m.UID, PublicationGeneration: m.Generation}
+		}
+	}
+	s.log.Warn("refused by fencing", "op", op, "volume_id", id, "reason", reason.String(),
+		"token", tokenOf(pt).String(), slog.Any("mark", rej.GetMark()), "err", err)
+	st, _ := status.FromError(grpcstatus.Error(err))
+	if withRej, derr := st.WithDetails(rej); derr == nil {
+		st = withRej
+	}
+	return st.Err()
+}
+
+func rejectionReason(r fencing.Reason) agentv1.FencingRejection_Reason {
+	switch r {
+	case fencing.ReasonMissingToken:
+		return agentv1.FencingRejection_REASON_MISSING_TOKEN
+	case fencing.ReasonMalformed:
+		return agentv1.FencingRejection_REASON_MALFORMED_TOKEN
+	case fencing.ReasonStaleGeneration:
+		return agentv1.FencingRejection_REASON_STALE_GENERATION
+	case fencing.ReasonLifecycleEnded:
+		return agentv1.FencingRejection_REASON_LIFECYCLE_ENDED
+	case fencing.ReasonLifecycleReplaced:
+		return agentv1.FencingRejection_REASON_LIFECYCLE_REPLACED
+	case fencing.ReasonMarkUnreadable:
+		return agentv1.FencingRejection_REASON_MARK_UNREADABLE
+	}
+	return agentv1.FencingRejection_REASON_UNSPECIFIED
+}
