@@ -1,0 +1,98 @@
+// Package app runs pillar-agent: it parses the command line, serves the
+// agent's gRPC service (package server) with optional mutual TLS, the
+// standard gRPC health service, Prometheus metrics and structured logs, and
+// shuts down gracefully. cmd/pillar-agent is ParseFlags followed by Run.
+//
+// # Flags
+//
+//	-listen-address host:port   gRPC address (default ":9420", the PillarAgent default port)
+//	-node-name name             Kubernetes node name (default $NODE_NAME; required)
+//	-generations-dir dir        durable fencing marks (default /var/lib/pillar-csi/agent/generations)
+//	-configfs-root dir          configfs mount point (default /sys/kernel/config)
+//	-metrics-address host:port  /metrics, /healthz, /readyz (default ":9421"; empty: off)
+//	-log-level level            debug, info, warn or error (default info)
+//	-log-format format          json or text (default json)
+//	-tls-cert-file file         server certificate (PEM, leaf first)
+//	-tls-key-file file          its private key (PEM)
+//	-tls-ca-file file           CA bundle client certificates must chain to (PEM)
+//	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 20s)
+//	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
+//	-readiness-interval d       how often readiness is checked (default 5s)
+//
+// Bad values stop the agent at once with an error naming the flag (exit
+// status 2); -h lists every flag with its default.
+//
+// # Transport security
+//
+// gRPC is plaintext unless all three -tls-* files are given; one or two of
+// them is an error naming the missing ones. With TLS on, every client must
+// present a certificate that chains to the CA file
+// (tls.RequireAndVerifyClientCert): a client without one, with one from
+// another CA, with an expired one, or speaking plaintext is refused during
+// the handshake. TLS 1.2 is the minimum; Go clients negotiate TLS 1.3.
+//
+// Material that cannot work stops the agent at start-up, before the fencing
+// store is opened, with an error naming the file: unreadable, not PEM, key
+// not matching the certificate, certificate expired, CA file without
+// certificates.
+//
+// Rotation needs no restart (package tlsconfig): before each handshake
+// the agent stats the three files and loads them again if they changed.
+// Rotations by rename and the kubelet's `..data` symlink swap of a Secret
+// volume are both seen. A rotation caught half-written, or one that does not
+// load, is logged once at error level and the last good material keeps
+// serving; the agent tries again when the files next change. Established
+// connections keep the certificate they were set up with.
+//
+// # Health
+//
+// The standard grpc.health.v1.Health service reports SERVING for "" and for
+// "pillar.agent.v1.AgentService" while the server's Ready returns nil
+// (nvmet configfs present, fencing directory writable), NOT_SERVING
+// otherwise. Ready is asked before the first connection is accepted and
+// then every -readiness-interval. On shutdown both turn NOT_SERVING at once,
+// and Watch streams are told.
+//
+// On the HTTP address, /healthz answers 200 while the process serves
+// (liveness) and /readyz answers 200 when ready, else 503 with the reason.
+//
+// # Metrics
+//
+// Served at /metrics from the agent's own registry:
+//
+//	pillar_agent_rpc_duration_seconds{service,method,code}   histogram of unary call latency
+//	pillar_agent_rpc_errors_total{service,method,code}       calls that did not end OK
+//	pillar_agent_volumes                                     volumes the agent knows of
+//	pillar_agent_exports                                     pillar-owned nvmet subsystems
+//	pillar_agent_ready                                       1 when ready, else 0
+//	pillar_agent_build_info{version,node}                    always 1
+//	pillar_agent_tls_certificate_expiry_timestamp_seconds    expiry of the served certificate (TLS only)
+//	go_*, process_*                                          Go runtime and process collectors
+//
+// code is the gRPC code name ("OK", "FailedPrecondition", ...). The volume
+// and export gauges are read from the server at scrape time.
+//
+// # Logs
+//
+// Structured (slog, JSON by default) on stderr. Each unary call is one
+// record "rpc" with method, code, duration, peer and, when the request
+// names one, volume_id; failures add the status message. Calls that change
+// something and refusals are logged at info, successful reads
+// (GetAgentInfo, GetCapacity, List*, health checks) at debug, and INTERNAL,
+// UNKNOWN and DATA_LOSS at error.
+//
+// # Shutdown
+//
+// On SIGTERM or SIGINT the health service turns NOT_SERVING, new calls are
+// refused, calls in flight get -shutdown-grace-period to finish and are cut
+// after it, the HTTP server stops, and the server is closed, which releases
+// the fencing store's lock. The exit status is 0.
+//
+// # Limits
+//
+// Messages up to 16 MiB each way; a new connection must finish its
+// handshake within 10 s; idle connections are pinged every minute and
+// dropped after 20 s without an answer; clients may ping at most every
+// 10 s (faster pingers get GOAWAY). The HTTP server bounds header reads
+// (5 s), requests (10 s) and responses (30 s).
+package app

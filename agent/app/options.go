@@ -1,0 +1,221 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/agent/server"
+	"github.com/pillar-csi/pillar-csi/agent/tlsconfig"
+	"github.com/pillar-csi/pillar-csi/configfs"
+)
+
+// Defaults of the options, as the flags show them.
+const (
+	// DefaultListenAddress serves gRPC on every address on the port of
+	// v1alpha1.DefaultAgentPort (9420), the port a PillarAgent names when
+	// it names none. The agent runs with hostNetwork, so this is the
+	// node's own port.
+	DefaultListenAddress = ":9420"
+	// DefaultMetricsAddress serves /metrics, /healthz and /readyz.
+	DefaultMetricsAddress = ":9421"
+	// DefaultShutdownGracePeriod is how long in-flight calls may run
+	// after SIGTERM. It stays under the kubelet's default 30 s
+	// terminationGracePeriodSeconds so the fencing store is closed before
+	// SIGKILL.
+	DefaultShutdownGracePeriod = 20 * time.Second
+	// DefaultCommandTimeout bounds each zfs, zpool and lvm command.
+	DefaultCommandTimeout = 2 * time.Minute
+	// DefaultReadinessInterval is how often Ready is asked.
+	DefaultReadinessInterval = 5 * time.Second
+)
+
+// NodeNameEnv is the environment variable the node name is taken from when
+// -node-name is not given; the DaemonSet sets it from spec.nodeName.
+const NodeNameEnv = "NODE_NAME"
+
+// Options configure Run. ParseFlags fills them from the command line;
+// DefaultOptions returns the defaults.
+type Options struct {
+	// ListenAddress is the gRPC host:port.
+	ListenAddress string
+	// NodeName is the Kubernetes node the agent runs on. Required.
+	NodeName string
+	// Version is reported by GetAgentInfo and pillar_agent_build_info.
+	Version string
+	// GenerationsDir holds the durable fencing marks.
+	GenerationsDir string
+	// ConfigfsRoot is where configfs is mounted.
+	ConfigfsRoot string
+	// MetricsAddress is the HTTP host:port of /metrics, /healthz and
+	// /readyz; empty turns the HTTP server off.
+	MetricsAddress string
+	// LogLevel is the lowest level logged.
+	LogLevel slog.Level
+	// LogFormat is "json" or "text".
+	LogFormat string
+	// TLS names the server certificate, key and client CA files: all three
+	// turn mutual TLS on, none leaves gRPC in plaintext.
+	TLS tlsconfig.Files
+	// ShutdownGracePeriod is how long in-flight calls may finish after
+	// the context is cancelled, before the remaining ones are cut.
+	ShutdownGracePeriod time.Duration
+	// CommandTimeout bounds each backend command.
+	CommandTimeout time.Duration
+	// ReadinessInterval is how often the service's Ready is asked; the
+	// gRPC health status and /readyz follow the answer.
+	ReadinessInterval time.Duration
+	// LogOutput receives the logs; os.Stderr if nil.
+	LogOutput io.Writer
+
+	// listening, if set, is told the addresses Run is bound to (tests
+	// listen on port 0).
+	listening func(grpcAddr, metricsAddr net.Addr)
+}
+
+// DefaultOptions returns the options pillar-agent runs with when no flag is
+// given (NodeName and Version stay empty).
+func DefaultOptions() Options {
+	return Options{
+		ListenAddress:       DefaultListenAddress,
+		GenerationsDir:      server.DefaultGenerationsDir,
+		ConfigfsRoot:        configfs.DefaultRoot,
+		MetricsAddress:      DefaultMetricsAddress,
+		LogLevel:            slog.LevelInfo,
+		LogFormat:           "json",
+		ShutdownGracePeriod: DefaultShutdownGracePeriod,
+		CommandTimeout:      DefaultCommandTimeout,
+		ReadinessInterval:   DefaultReadinessInterval,
+	}
+}
+
+const usageHeader = `Usage: pillar-agent [flags]
+
+pillar-agent serves the pillar-csi agent gRPC API on a storage node: it
+creates ZFS zvols and LVM logical volumes, exports them over NVMe-oF/TCP
+through the kernel's nvmet configfs, and fences stale requests with durable
+generation marks. It serves plaintext gRPC unless all three -tls-* files are
+given, in which case clients must present a certificate signed by the CA.
+
+Flags:
+`
+
+// ParseFlags parses the command-line arguments (without the program name)
+// into Options. getenv supplies $NODE_NAME when -node-name is absent. On
+// -h or -help it writes the usage, listing every flag and its default, to
+// output and returns flag.ErrHelp. Bad values are errors that name the
+// flag; ParseFlags never exits and never panics.
+func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Options, error) {
+	o := DefaultOptions()
+	fs := flag.NewFlagSet("pillar-agent", flag.ContinueOnError)
+	// Parse errors are returned, not printed: the caller prints once.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "`host:port` to serve gRPC on")
+	fs.StringVar(&o.NodeName, "node-name", "", "Kubernetes node this agent runs on (default $"+NodeNameEnv+")")
+	fs.StringVar(&o.GenerationsDir, "generations-dir", o.GenerationsDir, "`directory` of the durable fencing marks (a hostPath on local disk)")
+	fs.StringVar(&o.ConfigfsRoot, "configfs-root", o.ConfigfsRoot, "`directory` where configfs is mounted")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "`host:port` to serve /metrics, /healthz and /readyz on; empty turns the HTTP server off")
+	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "lowest log `level`: debug, info, warn or error")
+	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log `format`: json or text")
+	fs.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM server certificate `file` (with -tls-key-file and -tls-ca-file: mutual TLS; default: plaintext)")
+	fs.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM private key `file` of the server certificate")
+	fs.StringVar(&o.TLS.CAFile, "tls-ca-file", "", "PEM CA bundle `file` that client certificates must chain to")
+	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
+	fs.DurationVar(&o.CommandTimeout, "command-timeout", o.CommandTimeout, "timeout of each zfs, zpool and lvm command")
+	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "how often readiness is checked for the gRPC health service and /readyz")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(output, usageHeader)
+			fs.SetOutput(output)
+			fs.PrintDefaults()
+		}
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("unexpected argument %q: pillar-agent takes flags only (see -h)", fs.Arg(0))
+	}
+	if o.NodeName == "" && getenv != nil {
+		o.NodeName = getenv(NodeNameEnv)
+	}
+	if err := o.Validate(); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// Validate reports the first option that cannot work, naming its flag.
+func (o Options) Validate() error {
+	if o.NodeName == "" {
+		return fmt.Errorf("-node-name: required (or set $%s)", NodeNameEnv)
+	}
+	if strings.ContainsAny(o.NodeName, " \t\n/") {
+		return fmt.Errorf("-node-name: %q is not a node name", o.NodeName)
+	}
+	if err := checkAddress(o.ListenAddress); err != nil {
+		return fmt.Errorf("-listen-address: %w", err)
+	}
+	if o.MetricsAddress != "" {
+		if err := checkAddress(o.MetricsAddress); err != nil {
+			return fmt.Errorf("-metrics-address: %w", err)
+		}
+		if o.MetricsAddress == o.ListenAddress && !strings.HasSuffix(o.ListenAddress, ":0") {
+			return fmt.Errorf("-metrics-address: %q is also the gRPC -listen-address", o.MetricsAddress)
+		}
+	}
+	if o.GenerationsDir == "" {
+		return errors.New("-generations-dir: must not be empty")
+	}
+	if o.ConfigfsRoot == "" {
+		return errors.New("-configfs-root: must not be empty")
+	}
+	switch o.LogFormat {
+	case "json", "text":
+	default:
+		return fmt.Errorf("-log-format: %q is neither json nor text", o.LogFormat)
+	}
+	if m := o.TLS.Missing(); len(m) > 0 && len(m) < 3 {
+		flags := make([]string, len(m))
+		for i, n := range m {
+			flags[i] = "-tls-" + n + "-file"
+		}
+		return fmt.Errorf("-tls-cert-file, -tls-key-file and -tls-ca-file go together: %s missing", strings.Join(flags, " and "))
+	}
+	if o.ShutdownGracePeriod < 0 {
+		return fmt.Errorf("-shutdown-grace-period: %v is negative", o.ShutdownGracePeriod)
+	}
+	if o.CommandTimeout <= 0 {
+		return fmt.Errorf("-command-timeout: %v must be positive", o.CommandTimeout)
+	}
+	if o.ReadinessInterval <= 0 {
+		return fmt.Errorf("-readiness-interval: %v must be positive", o.ReadinessInterval)
+	}
+	return nil
+}
+
+// TLSEnabled reports whether the options turn mutual TLS on.
+func (o Options) TLSEnabled() bool { return len(o.TLS.Missing()) == 0 }
+
+func checkAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", addr, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	} else if n == 0 && host == "" {
+		return fmt.Errorf("%q: port 0 on every address is not something a client can find", addr)
+	}
+	if host != "" && net.ParseIP(host) == nil && strings.ContainsAny(host, " /") {
+		return fmt.Errorf("%q: %q is not a host", addr, host)
+	}
+	return nil
+}

@@ -1,0 +1,51 @@
+// Command pillar-agent serves the pillar-csi agent gRPC API on a storage
+// node. Run it with -h for its flags; package app documents its behaviour.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/pillar-csi/pillar-csi/agent/app"
+)
+
+func main() { os.Exit(run()) }
+
+func run() int {
+	opts, err := app.ParseFlags(os.Args[1:], os.Getenv, os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pillar-agent: %v\n", err)
+		return 2
+	}
+	opts.Version = version()
+	// SIGTERM from the kubelet, SIGINT from a terminal: both shut down
+	// gracefully. A second signal is left to the default action (exit).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	if err := app.Run(ctx, opts, app.NewServer); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// version is the module version the binary was built from ("(devel)" for a
+// build inside the repository).
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
