@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+)
+
+// The tests run this test binary as pillar-agent: with the variable set it
+// runs main with the arguments it was given, exactly as the built binary
+// would.
+const runMainEnv = "PILLAR_AGENT_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// agentCmd returns a command running pillar-agent with args.
+func agentCmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "NODE_NAME=")
+	return cmd
+}
+
+func runAgent(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := agentCmd(ctx, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), cmd.ProcessState.ExitCode()
+}
+
+func TestHelp(t *testing.T) {
+	out, _, code := runAgent(t, "-h")
+	if code != 0 {
+		t.Fatalf("-h exited %d, want 0", code)
+	}
+	for _, f := range []string{"-listen-address", "-node-name", "-generations-dir", "-configfs-root", "-metrics-address",
+		"-log-level", "-log-format", "-tls-cert-file", "-tls-key-file", "-tls-ca-file", "-shutdown-grace-period",
+		"-command-timeout", "-readiness-interval"} {
+		if !strings.Contains(out, "\n  "+f+" ") {
+			t.Errorf("-h output lacks %s:\n%s", f, out)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-node-name", "n", "-tls-cert-file", "/etc/tls.crt"}, 2, "pillar-agent: -tls-cert-file, -tls-key-file and -tls-ca-file go together: -tls-key-file and -tls-ca-file missing"},
+		{[]string{"-node-name", "n", "-shutdown-grace-period", "later"}, 2, `invalid value "later" for flag -shutdown-grace-period`},
+		{[]string{}, 2, "-node-name: required (or set $NODE_NAME)"},
+	} {
+		_, stderr, code := runAgent(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("pillar-agent %q: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+}
+
+func TestBadTLSFileStopsStartup(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"tls.crt", "tls.key", "ca.crt"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("not PEM"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, stderr, code := runAgent(t, "-node-name", "n", "-listen-address", "127.0.0.1:0", "-metrics-address", "",
+		"-generations-dir", filepath.Join(dir, "gen"),
+		"-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-key-file", filepath.Join(dir, "tls.key"), "-tls-ca-file", filepath.Join(dir, "ca.crt"))
+	want := "pillar-agent: mutual TLS: tls parse " + filepath.Join(dir, "tls.crt") + ": no PEM CERTIFICATE block"
+	if code != 1 || !strings.Contains(stderr, want) {
+		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gen")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the fencing directory was created despite bad TLS material: %v", err)
+	}
+}
+
+// TestServeAndSIGTERM runs the real agent (server.New with a fencing
+// directory and a configfs root that has an nvmet tree but no kernel
+// behind it), calls it, and stops it with SIGTERM.
+func TestServeAndSIGTERM(t *testing.T) {
+	dir := t.TempDir()
+	cfs := filepath.Join(dir, "configfs")
+	for _, d := range []string{"subsystems", "ports", "hosts"} {
+		if err := os.MkdirAll(filepath.Join(cfs, "nvmet", d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := agentCmd(ctx, "-node-name", "storage-7", "-listen-address", addr, "-metrics-address", "",
+		"-generations-dir", filepath.Join(dir, "gen"), "-configfs-root", cfs, "-log-format", "text", "-log-level", "debug")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	logs := make(chan string, 1)
+	served := make(chan struct{})
+	go func() {
+		var all strings.Builder
+		sc := bufio.NewScanner(stderr)
+		once := false
+		for sc.Scan() {
+			all.WriteString(sc.Text() + "\n")
+			if !once && strings.Contains(sc.Text(), "pillar-agent serving") {
+				once = true
+				close(served)
+			}
+		}
+		logs <- all.String()
+	}()
+	select {
+	case <-served:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("agent did not start serving:\n%s", <-logs)
+	}
+
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ccancel()
+	h, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{Service: "pillar.agent.v1.AgentService"})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v; want SERVING", h, err)
+	}
+	info, err := agentv1.NewAgentServiceClient(cc).GetAgentInfo(cctx, &agentv1.GetAgentInfoRequest{})
+	if err != nil || info.GetNodeName() != "storage-7" {
+		t.Fatalf("GetAgentInfo = %v, %v", info, err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	out := <-logs
+	if err != nil {
+		t.Fatalf("after SIGTERM: %v, want exit 0; logs:\n%s", err, out)
+	}
+	for _, want := range []string{"msg=\"shutting down\" reason=\"terminated signal received\"", "msg=stopped", "msg=rpc method=/pillar.agent.v1.AgentService/GetAgentInfo code=OK"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("logs lack %q:\n%s", want, out)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
