@@ -1,0 +1,69 @@
+// Package node is the CSI Node service of pillar-csi, run by pillar-node on
+// every worker. It attaches volumes exported by pillar-agent over
+// NVMe-oF/TCP with the kernel's own initiator (no nvme-cli), finds each
+// volume's block device by the namespace UUID/NGUID that
+// api/export.For derives from the volume ID, makes ext4 or xfs only on a
+// blank device, mounts and bind-mounts, grows filesystems and reports
+// stats and volume condition.
+//
+// # Contract with the controller
+//
+// The volume context is parsed by api/export.ParseVolumeContext (target
+// address, port, subsystem NQN, transport, connect options); the fs type
+// comes from the volume capability. The node ID is
+// api/export.FormatNodeID(node name, host NQN), so ControllerPublish can
+// put the host NQN on the subsystem's access list.
+//
+// # State
+//
+// NodeStageVolume writes a stage record (internal/stage: JSON, renameio,
+// one file per volume under the state directory, /var/lib/pillar-csi/node)
+// before it connects, and completes it after mounting. NodeUnstageVolume
+// receives neither capability nor context and works from that record; so
+// do publish, expand and stats. A record that cannot be read is a
+// FailedPrecondition naming the file, never skipped.
+//
+// # Host identity
+//
+// The host NQN and host ID come from /etc/nvme/hostnqn and
+// /etc/nvme/hostid (ReadHostIdentity), the files nvme-cli and the
+// distribution's nvme packages maintain. pillar-node does not generate
+// them: an identity a container invented would differ from the one other
+// initiator software on the host uses, and a new NQN after every
+// reinstall of the DaemonSet would break the controller's access lists.
+// A missing file is a startup error telling the operator how to create it
+// (nvme gen-hostnqn).
+//
+// # Kernel and initiator behaviour handled here
+//
+//   - Connecting is one write of the option string to /dev/nvme-fabrics;
+//     a second connect of the same host to the same subsystem and address
+//     is refused (EALREADY), so a live controller of the subsystem at that
+//     address is reused (repeated stages, and a stage after a plugin
+//     restart).
+//   - The namespace's block device appears asynchronously after the
+//     connect and its nvmeXnY name follows the subsystem instance, not the
+//     controller: the device is found by /sys/block/nvme*n*/uuid (or
+//     nguid), waiting at most NamespaceTimeout.
+//   - delete_controller of the controllers whose subsysnqn is the
+//     volume's disconnects only that volume; Disconnect then waits until
+//     the controllers are gone from /sys/class/nvme.
+//   - When the target goes away, controllers enter "connecting" and the
+//     block device stays until ctrl_loss_tmo expires; I/O to it blocks
+//     until then. NodeGetVolumeHealth reports it INACCESSIBLE as soon as no
+//     controller is live, and unstage still deletes the controller (a
+//     delete during reconnect is allowed). A short ctrlLossTimeoutSeconds
+//     bounds how long an unmount can wait on dirty data.
+//   - A grown namespace reaches the initiator through an asynchronous
+//     event; rescan_controller forces the re-read, and the size is awaited
+//     before the filesystem grows. xfs_growfs needs the mount point,
+//     resize2fs the device.
+//   - A filesystem in kernel shutdown (xfs after an I/O error) or on a
+//     vanished device answers stat with EIO; mount probes that fail with
+//     EIO, ENOTCONN, ESTALE or EACCES count as still mounted so that
+//     unpublish and unstage unmount instead of skipping.
+//   - blkid -p exits 2 when a device carries no signature; only then is a
+//     filesystem made. A device with another filesystem or a partition
+//     table is refused (FailedPrecondition), never reformatted.
+//   - mkfs.xfs refuses devices under 300 MB.
+package node

@@ -1,0 +1,144 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/runner"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/stage"
+)
+
+// DefaultFsType is used when a mount capability names no fs_type.
+const DefaultFsType = "ext4"
+
+// FsTypes are the filesystems pillar-node creates and grows.
+var FsTypes = []string{"ext4", "xfs"}
+
+// invalid is an InvalidArgument status.
+func invalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func validVolumeID(id string) error {
+	if err := export.ValidateVolumeID(id); err != nil {
+		return invalid("volume_id: %v", err)
+	}
+	return nil
+}
+
+// validPath accepts an absolute, clean path other than "/": the CO
+// chooses staging and target paths, but a relative path or one with ".."
+// could make pillar-node mount over or remove something else.
+func validPath(field, p string) error {
+	switch {
+	case p == "":
+		return invalid("%s is missing", field)
+	case !filepath.IsAbs(p):
+		return invalid("%s %q is not an absolute path", field, p)
+	case filepath.Clean(p) != p || slices.Contains(strings.Split(p, "/"), ".."):
+		return invalid("%s %q is not a clean path (no '..', '.', '//' or trailing '/')", field, p)
+	case p == "/":
+		return invalid("%s must not be /", field)
+	case strings.ContainsAny(p, "\x00\n"):
+		return invalid("%s %q contains NUL or newline", field, p)
+	}
+	return nil
+}
+
+// capability is a validated volume capability.
+type capability struct {
+	access     stage.AccessType
+	fsType     string   // mount only
+	mountFlags []string // mount only
+	readOnly   bool     // the access mode only reads
+}
+
+// readOnlyModes are the access modes whose stage mounts read-only and
+// never makes a filesystem.
+var readOnlyModes = []csi.VolumeCapability_AccessMode_Mode{
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY,
+	csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
+}
+
+// supportedModes are ReadWriteOnce, ReadWriteOncePod and ReadOnlyMany.
+var supportedModes = append([]csi.VolumeCapability_AccessMode_Mode{
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
+	csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+}, readOnlyModes...)
+
+func validCapability(c *csi.VolumeCapability) (capability, error) {
+	if c == nil {
+		return capability{}, invalid("volume_capability is missing")
+	}
+	mode := c.GetAccessMode().GetMode()
+	if !slices.Contains(supportedModes, mode) {
+		return capability{}, invalid("access mode %s is not supported (want SINGLE_NODE_WRITER, SINGLE_NODE_SINGLE_WRITER, SINGLE_NODE_READER_ONLY or MULTI_NODE_READER_ONLY)", mode)
+	}
+	out := capability{readOnly: slices.Contains(readOnlyModes, mode)}
+	switch t := c.GetAccessType().(type) {
+	case *csi.VolumeCapability_Block:
+		out.access = stage.Block
+	case *csi.VolumeCapability_Mount:
+		out.access = stage.Mount
+		out.fsType = t.Mount.GetFsType()
+		if out.fsType == "" {
+			out.fsType = DefaultFsType
+		}
+		if !slices.Contains(FsTypes, out.fsType) {
+			return capability{}, invalid("fs_type %q is not supported (want one of %v)", out.fsType, FsTypes)
+		}
+		if t.Mount.GetVolumeMountGroup() != "" {
+			return capability{}, invalid("volume_mount_group is not supported (no VOLUME_MOUNT_GROUP capability)")
+		}
+		for _, f := range t.Mount.GetMountFlags() {
+			// A flag is one mount(8) -o item; these would change what is
+			// mounted rather than how.
+			if f == "" || strings.ContainsAny(f, ", \x00\n") || f == "bind" || f == "rbind" || f == "remount" {
+				return capability{}, invalid("mount flag %q is not allowed", f)
+			}
+		}
+		out.mountFlags = slices.Clone(t.Mount.GetMountFlags())
+	default:
+		return capability{}, invalid("volume_capability has neither mount nor block access type")
+	}
+	return out, nil
+}
+
+// statusOf turns an internal error into the gRPC status the CO gets; the
+// mapping of error kinds to CSI codes lives here only.
+func statusOf(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, stage.ErrCorrupt):
+		// The CO cannot fix this by retrying; an operator must look at
+		// the named file.
+		code = codes.FailedPrecondition
+	case errors.Is(err, nvmeof.ErrNamespaceNotFound):
+		code = codes.Unavailable
+	}
+	var re *runner.Error
+	if errors.As(err, &re) && errors.Is(re.Err, context.DeadlineExceeded) {
+		code = codes.DeadlineExceeded
+	}
+	return status.Error(code, fmt.Sprintf("%s: %v", what, err))
+}
