@@ -162,7 +162,7 @@ func (a *agent) stop(t *testing.T) error {
 	}
 }
 
-func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+func dial(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
 	t.Helper()
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -239,7 +239,7 @@ type tlsSetup struct {
 	client       tls.Certificate
 }
 
-func newTLSSetup(t *testing.T) tlsSetup {
+func newTLSSetup(t testing.TB) tlsSetup {
 	s := tlsSetup{srvCA: testpki.NewCA(t, "agent servers"), cliCA: testpki.NewCA(t, "controllers")}
 	s.files = testpki.WriteFiles(t, t.TempDir(), s.srvCA.Server(t, "agent"), s.cliCA.CertPEM)
 	s.client = s.cliCA.Client(t, "pillar-controller").TLS(t)
