@@ -43,7 +43,7 @@ func logInterceptor(logger *slog.Logger) grpc.UnaryServerInterceptor {
 		attrs = append(attrs,
 			slog.String("method", info.FullMethod),
 			slog.String("code", st.Code().String()),
-			slog.Duration("duration", time.Since(start)))
+			slog.Float64("duration_seconds", time.Since(start).Seconds()))
 		if v, ok := req.(interface{ GetVolumeId() string }); ok && v.GetVolumeId() != "" {
 			attrs = append(attrs, slog.String("volume_id", v.GetVolumeId()))
 		}

@@ -211,7 +211,7 @@ func Run(ctx context.Context, opts Options, newService NewServiceFunc) (err erro
 	var failed error
 	select {
 	case <-ctx.Done():
-		logger.Info("shutting down", "reason", context.Cause(ctx).Error(), "grace_period", opts.ShutdownGracePeriod)
+		logger.Info("shutting down", "reason", context.Cause(ctx).Error(), "grace_period", opts.ShutdownGracePeriod.String())
 	case failed = <-serveErr:
 		logger.Error("serving failed; shutting down", "error", failed)
 	}
@@ -248,7 +248,7 @@ func stopGRPC(gs *grpc.Server, grace time.Duration, logger *slog.Logger) {
 	select {
 	case <-done:
 	case <-t.C:
-		logger.Warn("grace period over; cutting the calls still running", "grace_period", grace)
+		logger.Warn("grace period over; cutting the calls still running", "grace_period", grace.String())
 		gs.Stop()
 		<-done
 	}

@@ -460,7 +460,7 @@ func TestMetricsAndHTTPEndpoints(t *testing.T) {
 			rec = l
 		}
 	}
-	for _, want := range []string{`"level":"INFO"`, `"msg":"rpc"`, `"code":"FailedPrecondition"`, `"volume_id":"pvc-1"`, `"error":"stale generation"`, `"duration":`, `"peer":"127.0.0.1:`} {
+	for _, want := range []string{`"level":"INFO"`, `"msg":"rpc"`, `"code":"FailedPrecondition"`, `"volume_id":"pvc-1"`, `"error":"stale generation"`, `"duration_seconds":`, `"peer":"127.0.0.1:`} {
 		if !strings.Contains(rec, want) {
 			t.Errorf("CreateVolume log record %q lacks %s", rec, want)
 		}
