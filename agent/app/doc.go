@@ -55,6 +55,11 @@
 //
 // On the HTTP address, /healthz answers 200 while the process serves
 // (liveness) and /readyz answers 200 when ready, else 503 with the reason.
+// Point the DaemonSet's probes at these: the kubelet's own gRPC probe
+// speaks no TLS, so with mutual TLS on it could not reach the health
+// service. The HTTP address carries no secrets and is always plaintext;
+// turn it off with an empty -metrics-address or keep the port off the
+// network with the node's firewall.
 //
 // # Metrics
 //
