@@ -117,42 +117,77 @@ func (s *Server) apply(ctx context.Context, log *slog.Logger, e configfs.Export,
 
 // ExportVolume makes the volume reachable over NVMe-oF/TCP.
 func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequest) (*agentv1.ExportVolumeResponse, error) {
-	const op = "ExportVolume"
-	id := req.GetVolumeId()
+	e, err := s.export(ctx, "ExportVolume", exportArgs{
+		id: req.GetVolumeId(), store: req.GetStore(), nqn: req.GetSubsystemNqn(),
+		tcp: req.GetNvmeofTcp(), token: req.GetFencingToken(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ExportVolumeResponse{Export: e}, nil
+}
+
+// exportArgs is one export request: ExportVolume's, or one entry of
+// Reconcile.
+type exportArgs struct {
+	id    string
+	store *agentv1.Store
+	nqn   string
+	tcp   *agentv1.NvmeofTcpExport
+	token *agentv1.FencingToken
+	// hosts is the exact access list (Reconcile) when exactHosts is set;
+	// otherwise the access list is left as it is (ExportVolume).
+	hosts      []string
+	exactHosts bool
+}
+
+func (s *Server) export(ctx context.Context, op string, a exportArgs) (*agentv1.Export, error) {
+	id := a.id
 	if err := validateVolumeID(op, id); err != nil {
 		return nil, err
 	}
 	ident, _ := export.For(id)
-	if err := subsystemNQN(op, ident, req.GetSubsystemNqn()); err != nil {
+	if err := subsystemNQN(op, ident, a.nqn); err != nil {
 		return nil, err
 	}
-	t, err := parseTCP(op, id, req.GetNvmeofTcp())
+	t, err := parseTCP(op, id, a.tcp)
 	if err != nil {
 		return nil, err
 	}
-	b, spec, err := s.backend(op, req.GetStore())
+	if a.exactHosts && t.acl {
+		for _, h := range a.hosts {
+			if err := export.ValidateNQN(h); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "%s volume %q: allowed_host_nqns: %v", op, id, err)
+			}
+		}
+	}
+	b, spec, err := s.backend(op, a.store)
 	if err != nil {
 		return nil, err
 	}
 	log := s.log.With("volume_id", id, "store", spec.String())
 	var out configfs.Export
-	err = s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), func(ctx context.Context) error {
+	err = s.fenced(ctx, op, id, fencing.KindMutate, a.token, func(ctx context.Context) error {
 		// The device is looked up on every call: after a reboot a zvol
 		// may come back as another /dev/zdN.
 		dev, err := b.DevicePath(ctx, id)
 		if err != nil {
-			log.Error("device lookup failed", "err", err)
+			log.Error("device lookup failed", "op", op, "err", err)
 			return toStatus(ctx, op, id, err)
 		}
 		cur, existed, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN)
 		if err != nil {
 			return toStatus(ctx, op, id, err)
 		}
-		// ExportVolume leaves the access list as it is (AllowHost and
-		// DenyHost own it); nvmet drops it when the export opens up.
-		out = desiredExport(ident, dev, t, cur.AllowedHosts)
+		hosts := cur.AllowedHosts
+		if a.exactHosts {
+			hosts = dedup(a.hosts)
+		}
+		// Without exactHosts the access list stays as it is (AllowHost
+		// and DenyHost own it); nvmet drops it when the export opens up.
+		out = desiredExport(ident, dev, t, hosts)
 		if err := s.apply(ctx, log, out, existed); err != nil {
-			log.Error("export failed", "nqn", ident.SubsystemNQN, "device", dev, "err", err)
+			log.Error("export failed", "op", op, "nqn", ident.SubsystemNQN, "device", dev, "err", err)
 			return toStatus(ctx, op, id, err)
 		}
 		return nil
@@ -160,9 +195,16 @@ func (s *Server) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequ
 	if err != nil {
 		return nil, err
 	}
-	log.Info("volume exported", "nqn", ident.SubsystemNQN, "device", out.Namespaces[0].DevicePath,
+	s.noteVolume(id, true)
+	log.Info("volume exported", "op", op, "nqn", ident.SubsystemNQN, "device", out.Namespaces[0].DevicePath,
 		"address", t.addr.String(), "acl", t.acl)
-	return &agentv1.ExportVolumeResponse{Export: exportProto(ident, out)}, nil
+	return exportProto(ident, out), nil
+}
+
+func dedup(hosts []string) []string {
+	out := slices.Clone(hosts)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // exportProto describes an export the agent made.

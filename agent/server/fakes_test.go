@@ -1,0 +1,283 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/configfs"
+)
+
+// fakeNvmet models the outcome of configfs.FS on a map: Apply stores the
+// normalized export, Remove deletes it, Read lists them with ports shared
+// by address. The configfs module proves the kernel rules; this model only
+// has to let the server's logic be tested fast.
+type fakeNvmet struct {
+	mu          sync.Mutex
+	exports     map[string]configfs.Export
+	writes      int
+	revalidated []string
+	failApply   func(e configfs.Export) error
+	removeCalls []string
+}
+
+func newFakeNvmet() *fakeNvmet { return &fakeNvmet{exports: map[string]configfs.Export{}} }
+
+func (f *fakeNvmet) Apply(ctx context.Context, e configfs.Export) error {
+	n, err := e.Normalize()
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failApply != nil {
+		if err := f.failApply(n); err != nil {
+			// A partly applied export: the subsystem exists, nothing
+			// is linked yet.
+			f.exports[n.NQN] = configfs.Export{NQN: n.NQN, Attrs: configfs.SubsystemAttrs{Model: n.Attrs.Model}}
+			f.writes++
+			return err
+		}
+	}
+	if cur, ok := f.exports[n.NQN]; ok && equalExport(cur, n) {
+		return nil
+	}
+	f.exports[n.NQN] = n
+	f.writes++
+	return nil
+}
+
+func equalExport(a, b configfs.Export) bool {
+	return fmt.Sprintf("%+v", a) == fmt.Sprintf("%+v", b)
+}
+
+func (f *fakeNvmet) Remove(ctx context.Context, nqn string) error {
+	if err := configfs.ValidateNQN(nqn); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removeCalls = append(f.removeCalls, nqn)
+	if _, ok := f.exports[nqn]; ok {
+		delete(f.exports, nqn)
+		f.writes++
+	}
+	return nil
+}
+
+func (f *fakeNvmet) Read(ctx context.Context) (*configfs.State, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := &configfs.State{}
+	ports := map[configfs.Address]*configfs.Port{}
+	for _, nqn := range slices.Sorted(maps.Keys(f.exports)) {
+		e := f.exports[nqn]
+		st.Subsystems = append(st.Subsystems, configfs.Subsystem{NQN: nqn, Attrs: e.Attrs,
+			Namespaces: slices.Clone(e.Namespaces), AllowedHosts: slices.Clone(e.AllowedHosts)})
+		for _, a := range e.Ports {
+			p := ports[a]
+			if p == nil {
+				p = &configfs.Port{ID: configfs.PreferredPortID(a), Address: a}
+				ports[a] = p
+			}
+			p.Subsystems = append(p.Subsystems, nqn)
+		}
+	}
+	for _, p := range ports {
+		st.Ports = append(st.Ports, *p)
+	}
+	slices.SortFunc(st.Ports, func(a, b configfs.Port) int { return int(a.ID) - int(b.ID) })
+	return st, nil
+}
+
+func (f *fakeNvmet) ReadSubsystem(ctx context.Context, nqn string) (configfs.Subsystem, bool, error) {
+	st, _ := f.Read(ctx)
+	sub, ok := st.Subsystem(nqn)
+	return sub, ok, nil
+}
+
+func (f *fakeNvmet) Revalidate(ctx context.Context, nqn string, nsid uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revalidated = append(f.revalidated, nqn+"/"+strconv.FormatUint(uint64(nsid), 10))
+	return nil
+}
+
+// snapshot is the whole tree, for before/after comparisons.
+func (f *fakeNvmet) snapshot(t *testing.T) string {
+	t.Helper()
+	st, err := f.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%+v", *st)
+}
+
+// fakeBackend is an in-memory store. Device paths are real files under a
+// temporary directory, so the server's check for a vanished device works.
+type fakeBackend struct {
+	mu        sync.Mutex
+	dir       string
+	vols      map[string]backends.Volume
+	missing   bool  // the pool or VG does not exist
+	failNext  error // returned once by the next mutating call
+	calls     []string
+	total     int64
+	blockCh   chan struct{} // Create waits on it when set
+	enteredCh chan struct{} // Create signals here when set
+}
+
+func newFakeBackend(dir string) *fakeBackend {
+	return &fakeBackend{dir: dir, vols: map[string]backends.Volume{}, total: 10 << 30}
+}
+
+const unit = 4096
+
+func (b *fakeBackend) begin(op, id string) error {
+	b.calls = append(b.calls, op+" "+id)
+	if b.missing {
+		return &backends.Error{Op: op, Store: "fake", Volume: id, Err: backends.ErrStoreNotFound}
+	}
+	if err := b.failNext; err != nil {
+		b.failNext = nil
+		return &backends.Error{Op: op, Store: "fake", Volume: id, Err: err}
+	}
+	return nil
+}
+
+func (b *fakeBackend) Create(ctx context.Context, id string, size int64) (*backends.Volume, error) {
+	if b.enteredCh != nil {
+		select {
+		case b.enteredCh <- struct{}{}:
+		default:
+		}
+	}
+	if b.blockCh != nil {
+		<-b.blockCh
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.begin("create", id); err != nil {
+		return nil, err
+	}
+	size, err := backends.RoundUp(size, unit)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := b.vols[id]; ok {
+		if v.SizeBytes != size {
+			return nil, &backends.Error{Op: "create", Volume: id, Err: backends.ErrConflict}
+		}
+		return &v, nil
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, id), nil, 0o600); err != nil {
+		return nil, err
+	}
+	v := backends.Volume{ID: id, Name: "fake/" + id, SizeBytes: size}
+	b.vols[id] = v
+	return &v, nil
+}
+
+func (b *fakeBackend) Delete(ctx context.Context, id string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.begin("delete", id); err != nil {
+		return err
+	}
+	delete(b.vols, id)
+	os.Remove(filepath.Join(b.dir, id))
+	return nil
+}
+
+func (b *fakeBackend) Expand(ctx context.Context, id string, size int64) (*backends.Volume, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.begin("expand", id); err != nil {
+		return nil, err
+	}
+	v, ok := b.vols[id]
+	if !ok {
+		return nil, &backends.Error{Op: "expand", Volume: id, Err: backends.ErrNotFound}
+	}
+	size, _ = backends.RoundUp(size, unit)
+	if size < v.SizeBytes {
+		return nil, &backends.Error{Op: "expand", Volume: id, Err: backends.ErrShrink}
+	}
+	v.SizeBytes = size
+	b.vols[id] = v
+	return &v, nil
+}
+
+func (b *fakeBackend) Get(ctx context.Context, id string) (*backends.Volume, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, "get "+id)
+	if b.missing {
+		return nil, &backends.Error{Op: "get", Volume: id, Err: backends.ErrStoreNotFound}
+	}
+	v, ok := b.vols[id]
+	if !ok {
+		return nil, &backends.Error{Op: "get", Volume: id, Err: backends.ErrNotFound}
+	}
+	return &v, nil
+}
+
+func (b *fakeBackend) List(ctx context.Context) ([]backends.Volume, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.missing {
+		return nil, &backends.Error{Op: "list", Err: backends.ErrStoreNotFound}
+	}
+	var out []backends.Volume
+	for _, id := range slices.Sorted(maps.Keys(b.vols)) {
+		out = append(out, b.vols[id])
+	}
+	return out, nil
+}
+
+func (b *fakeBackend) Capacity(ctx context.Context) (*backends.Capacity, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.missing {
+		return nil, &backends.Error{Op: "capacity", Err: backends.ErrStoreNotFound}
+	}
+	var used int64
+	for _, v := range b.vols {
+		used += v.SizeBytes
+	}
+	return &backends.Capacity{TotalBytes: b.total, AvailableBytes: b.total - used}, nil
+}
+
+func (b *fakeBackend) DevicePath(ctx context.Context, id string) (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, "device "+id)
+	if b.missing {
+		return "", &backends.Error{Op: "device path", Volume: id, Err: backends.ErrStoreNotFound}
+	}
+	if _, ok := b.vols[id]; !ok {
+		return "", &backends.Error{Op: "device path", Volume: id, Err: backends.ErrNotFound}
+	}
+	return filepath.Join(b.dir, id), nil
+}
+
+// mutations returns the calls that change the store.
+func (b *fakeBackend) mutations() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, c := range b.calls {
+		if op, _, _ := strings.Cut(c, " "); op == "create" || op == "delete" || op == "expand" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
