@@ -10,7 +10,8 @@
 // The *tls.Config from Reloader.ServerConfig requires a client certificate
 // and verifies it against the CA bundle (tls.RequireAndVerifyClientCert),
 // with TLS 1.2 as the floor; Go negotiates TLS 1.3 whenever the client
-// offers it.
+// offers it. Session tickets are off, so no connection skips verification
+// by resuming an earlier session.
 //
 // # Rotation
 //

@@ -328,6 +328,12 @@ func (r *Reloader) build(raw rawFiles) (*material, error) {
 			// base config, but the config returned per client replaces
 			// that one.
 			NextProtos: []string{"h2"},
+			// A resumed session skips certificate verification. Without
+			// tickets, every new connection is verified against the CA
+			// bundle the files hold now, so a rotated-out CA or client
+			// certificate stops working at once. The controller keeps
+			// long-lived connections; full handshakes are rare.
+			SessionTicketsDisabled: true,
 		},
 	}, nil
 }

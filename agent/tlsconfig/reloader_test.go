@@ -128,8 +128,12 @@ func tlsServer(t testing.TB, cfg *tls.Config) string {
 // dial completes a handshake and reads the server's "ok": with TLS 1.3 a
 // refused client certificate only shows on the first read.
 func dial(addr string, roots *x509.CertPool, certs ...tls.Certificate) (*x509.Certificate, error) {
+	return dialConfig(addr, &tls.Config{RootCAs: roots, Certificates: certs, ServerName: "127.0.0.1"})
+}
+
+func dialConfig(addr string, cfg *tls.Config) (*x509.Certificate, error) {
 	d := &net.Dialer{Timeout: 5 * time.Second}
-	c, err := tls.DialWithDialer(d, "tcp", addr, &tls.Config{RootCAs: roots, Certificates: certs, ServerName: "127.0.0.1"})
+	c, err := tls.DialWithDialer(d, "tcp", addr, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +172,9 @@ func TestClientAuthentication(t *testing.T) {
 	if _, err := dial(addr, p.roots, p.client); err != nil {
 		t.Fatalf("client with a valid certificate: %v", err)
 	}
+	if _, err := dialConfig(addr, &tls.Config{RootCAs: p.roots, Certificates: []tls.Certificate{p.client}, ServerName: "127.0.0.1", MaxVersion: tls.VersionTLS12}); err != nil {
+		t.Fatalf("TLS 1.2 client with a valid certificate: %v", err)
+	}
 	if _, err := dial(addr, p.roots); err == nil {
 		t.Fatal("client without a certificate was accepted")
 	}
@@ -178,6 +185,21 @@ func TestClientAuthentication(t *testing.T) {
 	expired := p.cliCA.Issue(t, "controller", false, time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour)).TLS(t)
 	if _, err := dial(addr, p.roots, expired); err == nil {
 		t.Fatal("expired client certificate was accepted")
+	}
+	// No session is resumed: every connection has its certificate
+	// verified against the CA bundle of the moment.
+	cached := &tls.Config{RootCAs: p.roots, Certificates: []tls.Certificate{p.client}, ServerName: "127.0.0.1",
+		ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	for i := range 2 {
+		c, err := tls.Dial("tcp", addr, cached)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.ReadAll(c) // session tickets, if any, arrive after the handshake
+		if c.ConnectionState().DidResume {
+			t.Fatalf("connection %d resumed a session", i+1)
+		}
+		c.Close()
 	}
 	// A TLS 1.1 client is refused: the floor is 1.2.
 	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: p.roots, Certificates: []tls.Certificate{p.client}, MaxVersion: tls.VersionTLS11, ServerName: "127.0.0.1"})
@@ -294,6 +316,12 @@ func TestRotationBySecretVolumeSwap(t *testing.T) {
 	}
 	addr := tlsServer(t, r.ServerConfig())
 	expectSerial(t, addr, p, first)
+	// A client that caches sessions, to try resuming after the rotation.
+	cached := &tls.Config{RootCAs: p.roots, Certificates: []tls.Certificate{p.client}, ServerName: "127.0.0.1",
+		ClientSessionCache: tls.NewLRUClientSessionCache(4)}
+	if _, err := dialConfig(addr, cached); err != nil {
+		t.Fatal(err)
+	}
 
 	// cert-manager renews the certificate and the CA together: clients
 	// with a certificate of the new CA are accepted, old ones refused.
@@ -310,6 +338,9 @@ func TestRotationBySecretVolumeSwap(t *testing.T) {
 	}
 	if _, err := dial(addr, p.roots, p.client); err == nil {
 		t.Fatal("client of the replaced CA was still accepted")
+	}
+	if _, err := dialConfig(addr, cached); err == nil {
+		t.Fatal("client of the replaced CA was accepted by resuming its session")
 	}
 
 	// A snapshot with a broken key keeps the last good material.
