@@ -12,7 +12,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("tls %s %s: %v", e.Op, e.Path, e.Err)
+	return fmt.Sprintf("%s %s: %v", e.Op, e.Path, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }

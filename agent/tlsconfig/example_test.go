@@ -24,5 +24,5 @@ func Example() {
 	// Hand the config to the server, e.g. credentials.NewTLS(cfg) for gRPC.
 	cfg := r.ServerConfig()
 	_ = cfg
-	// Output: tls read /etc/pillar-agent/tls/tls.crt: open /etc/pillar-agent/tls/tls.crt: no such file or directory
+	// Output: read /etc/pillar-agent/tls/tls.crt: no such file or directory
 }

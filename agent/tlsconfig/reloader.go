@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -272,6 +273,11 @@ func (r *Reloader) read() (rawFiles, [sha256.Size]byte, error) {
 func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
+		// The *PathError repeats the path the Error already carries.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
 		return nil, &Error{Op: "read", Path: path, Err: err}
 	}
 	defer f.Close()

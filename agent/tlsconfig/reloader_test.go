@@ -367,3 +367,10 @@ func mustWrite(t *testing.T, path string, b []byte) {
 		t.Fatal(err)
 	}
 }
+
+func TestMissingFileIsNotExist(t *testing.T) {
+	_, err := New(Files{CertFile: "/nonexistent/tls.crt", KeyFile: "/nonexistent/tls.key", CAFile: "/nonexistent/ca.crt"}, Options{})
+	if !errors.Is(err, os.ErrNotExist) || err.Error() != "read /nonexistent/tls.crt: no such file or directory" {
+		t.Fatalf("error = %v", err)
+	}
+}

@@ -97,7 +97,7 @@ func TestBadTLSFileStopsStartup(t *testing.T) {
 	_, stderr, code := runAgent(t, "-node-name", "n", "-listen-address", "127.0.0.1:0", "-metrics-address", "",
 		"-generations-dir", filepath.Join(dir, "gen"),
 		"-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-key-file", filepath.Join(dir, "tls.key"), "-tls-ca-file", filepath.Join(dir, "ca.crt"))
-	want := "pillar-agent: mutual TLS: tls parse " + filepath.Join(dir, "tls.crt") + ": no PEM CERTIFICATE block"
+	want := "pillar-agent: mutual TLS: parse " + filepath.Join(dir, "tls.crt") + ": no PEM CERTIFICATE block"
 	if code != 1 || !strings.Contains(stderr, want) {
 		t.Fatalf("exit %d, stderr %q; want exit 1 and %q", code, stderr, want)
 	}
