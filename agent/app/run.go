@@ -151,18 +151,7 @@ func Run(ctx context.Context, opts Options, newService NewServiceFunc) (err erro
 		CertificateNotAfter: notAft,
 	})
 
-	gopts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), logInterceptor(logger)),
-		grpc.MaxRecvMsgSize(maxMessageSize),
-		grpc.MaxSendMsgSize(maxMessageSize),
-		grpc.ConnectionTimeout(connectionTimeout),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
-	}
-	if creds != nil {
-		gopts = append(gopts, grpc.Creds(creds))
-	}
-	gs := grpc.NewServer(gopts...)
+	gs := newGRPCServer(creds, m, logger)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	svc.Register(gs)
@@ -232,6 +221,24 @@ func Run(ctx context.Context, opts Options, newService NewServiceFunc) (err erro
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// newGRPCServer applies the agent's limits and interceptors; creds nil
+// means plaintext.
+func newGRPCServer(creds credentials.TransportCredentials, m *metrics.Metrics, logger *slog.Logger) *grpc.Server {
+	gopts := []grpc.ServerOption{
+		// Metrics outermost, so the latency includes the logging.
+		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), logInterceptor(logger)),
+		grpc.MaxRecvMsgSize(maxMessageSize),
+		grpc.MaxSendMsgSize(maxMessageSize),
+		grpc.ConnectionTimeout(connectionTimeout),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
+	}
+	if creds != nil {
+		gopts = append(gopts, grpc.Creds(creds))
+	}
+	return grpc.NewServer(gopts...)
 }
 
 // stopGRPC lets in-flight calls finish for up to grace, then cuts what is
