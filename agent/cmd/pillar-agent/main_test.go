@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"os"
@@ -15,10 +16,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+
+	"github.com/pillar-csi/pillar-csi/agent/internal/testpki"
 )
 
 // The tests run this test binary as pillar-agent: with the variable set it
@@ -106,10 +112,18 @@ func TestBadTLSFileStopsStartup(t *testing.T) {
 	}
 }
 
-// TestServeAndSIGTERM runs the real agent (server.New with a fencing
-// directory and a configfs root that has an nvmet tree but no kernel
-// behind it), calls it, and stops it with SIGTERM.
-func TestServeAndSIGTERM(t *testing.T) {
+// started is a running pillar-agent.
+type started struct {
+	cmd  *exec.Cmd
+	addr string
+	logs chan string // all of stderr, once the process has exited
+}
+
+// startAgent runs the real agent (server.New with a fencing directory and a
+// configfs root that has an nvmet tree but no kernel behind it) and waits
+// until it serves.
+func startAgent(t *testing.T, ctx context.Context, extra ...string) *started {
+	t.Helper()
 	dir := t.TempDir()
 	cfs := filepath.Join(dir, "configfs")
 	for _, d := range []string{"subsystems", "ports", "hosts"} {
@@ -117,19 +131,17 @@ func TestServeAndSIGTERM(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	addr := freeAddr(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := agentCmd(ctx, "-node-name", "storage-7", "-listen-address", addr, "-metrics-address", "",
-		"-generations-dir", filepath.Join(dir, "gen"), "-configfs-root", cfs, "-log-format", "text", "-log-level", "debug")
-	stderr, err := cmd.StderrPipe()
+	a := &started{addr: freeAddr(t), logs: make(chan string, 1)}
+	args := append([]string{"-node-name", "storage-7", "-listen-address", a.addr, "-metrics-address", "",
+		"-generations-dir", filepath.Join(dir, "gen"), "-configfs-root", cfs, "-log-format", "text", "-log-level", "debug"}, extra...)
+	a.cmd = agentCmd(ctx, args...)
+	stderr, err := a.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	if err := a.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	logs := make(chan string, 1)
 	served := make(chan struct{})
 	go func() {
 		var all strings.Builder
@@ -142,16 +154,29 @@ func TestServeAndSIGTERM(t *testing.T) {
 				close(served)
 			}
 		}
-		logs <- all.String()
+		a.logs <- all.String()
 	}()
 	select {
 	case <-served:
 	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("agent did not start serving:\n%s", <-logs)
+		_ = a.cmd.Process.Kill()
+		t.Fatalf("agent did not start serving:\n%s", <-a.logs)
 	}
+	t.Cleanup(func() {
+		if a.cmd.ProcessState == nil {
+			_ = a.cmd.Process.Kill()
+			_ = a.cmd.Wait()
+		}
+	})
+	return a
+}
 
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+// TestServeAndSIGTERM calls the real agent and stops it with SIGTERM.
+func TestServeAndSIGTERM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := startAgent(t, ctx)
+	cc, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,11 +192,11 @@ func TestServeAndSIGTERM(t *testing.T) {
 		t.Fatalf("GetAgentInfo = %v, %v", info, err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
-	out := <-logs
+	err = a.cmd.Wait()
+	out := <-a.logs
 	if err != nil {
 		t.Fatalf("after SIGTERM: %v, want exit 0; logs:\n%s", err, out)
 	}
@@ -179,6 +204,50 @@ func TestServeAndSIGTERM(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestMutualTLSRefusesClientsWithoutValidCertificate runs the real agent
+// with mutual TLS: a controller with a certificate of the CA is served,
+// clients without one, with another CA's, or in plaintext are refused.
+func TestMutualTLSRefusesClientsWithoutValidCertificate(t *testing.T) {
+	srvCA, cliCA := testpki.NewCA(t, "agent servers"), testpki.NewCA(t, "controllers")
+	f := testpki.WriteFiles(t, t.TempDir(), srvCA.Server(t, "agent"), cliCA.CertPEM)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := startAgent(t, ctx, "-tls-cert-file", f.Cert, "-tls-key-file", f.Key, "-tls-ca-file", f.CA)
+
+	call := func(creds credentials.TransportCredentials) error {
+		cc, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		defer ccancel()
+		_, err = agentv1.NewAgentServiceClient(cc).GetAgentInfo(cctx, &agentv1.GetAgentInfoRequest{})
+		return err
+	}
+	tlsCreds := func(certs ...tls.Certificate) credentials.TransportCredentials {
+		return credentials.NewTLS(&tls.Config{RootCAs: srvCA.Pool(), Certificates: certs, ServerName: "127.0.0.1"})
+	}
+	if err := call(tlsCreds(cliCA.Client(t, "pillar-controller").TLS(t))); err != nil {
+		t.Fatalf("controller with a valid certificate: %v", err)
+	}
+	for name, creds := range map[string]credentials.TransportCredentials{
+		"no certificate":            tlsCreds(),
+		"certificate of another CA": tlsCreds(testpki.NewCA(t, "controllers").Client(t, "pillar-controller").TLS(t)),
+		"plaintext":                 insecure.NewCredentials(),
+	} {
+		if err := call(creds); status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: GetAgentInfo = %v, want UNAVAILABLE", name, err)
+		}
+	}
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v\n%s", err, <-a.logs)
 	}
 }
 
