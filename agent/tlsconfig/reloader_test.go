@@ -374,3 +374,69 @@ func TestMissingFileIsNotExist(t *testing.T) {
 		t.Fatalf("error = %v", err)
 	}
 }
+
+// TestRotationUnderLoad rotates the files, some rotations broken, while
+// clients keep connecting: every handshake succeeds with one of the good
+// certificates, and the last good one is served at the end.
+func TestRotationUnderLoad(t *testing.T) {
+	p := newPKI(t)
+	first := p.srvCA.Server(t, "agent")
+	f := testpki.WriteFiles(t, t.TempDir(), first, p.cliCA.CertPEM)
+	r, err := New(files(f), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := tlsServer(t, r.ServerConfig())
+
+	var mu sync.Mutex
+	good := map[string]bool{first.Cert.SerialNumber.String(): true}
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				got, err := dial(addr, p.roots, p.client)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				ok := good[got.SerialNumber.String()]
+				mu.Unlock()
+				if !ok {
+					errs <- errors.New("served a certificate that was never good: " + got.SerialNumber.String())
+					return
+				}
+			}
+		})
+	}
+	var last testpki.Pair
+	for i := range 20 {
+		next := p.srvCA.Server(t, "agent")
+		if i%3 == 2 {
+			testpki.WriteAtomic(t, f.Cert, next.CertPEM) // key not yet written: broken
+			time.Sleep(2 * time.Millisecond)
+		}
+		mu.Lock()
+		good[next.Cert.SerialNumber.String()] = true
+		mu.Unlock()
+		testpki.WriteFiles(t, f.Dir, next, p.cliCA.CertPEM)
+		last = next
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectSerial(t, addr, p, last)
+}
