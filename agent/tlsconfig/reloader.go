@@ -196,7 +196,7 @@ func (r *Reloader) reload(st stamp) *material {
 		next := *m
 		next.stamp, next.checkedAt = st, r.now()
 		r.cur.Store(&next)
-		r.failedErr, r.failedStamp = "", stamp{}
+		r.failedErr, r.failedStamp, r.failedHash = "", stamp{}, [sha256.Size]byte{}
 		return &next
 	}
 	if err == nil && hash == r.failedHash {
@@ -206,7 +206,7 @@ func (r *Reloader) reload(st stamp) *material {
 		if nm, err = r.build(raw); err == nil {
 			nm.hash, nm.stamp, nm.checkedAt = hash, st, r.now()
 			r.cur.Store(nm)
-			r.failedErr, r.failedStamp = "", stamp{}
+			r.failedErr, r.failedStamp, r.failedHash = "", stamp{}, [sha256.Size]byte{}
 			r.reloads++
 			r.logger.Info("loaded rotated TLS material",
 				"cert_file", r.files.CertFile, "ca_file", r.files.CAFile,

@@ -440,3 +440,29 @@ func TestRotationUnderLoad(t *testing.T) {
 	}
 	expectSerial(t, addr, p, last)
 }
+
+// TestBrokenContentAgainAfterRecovery: the same broken files that failed
+// once, then a good rotation, then the broken files again are reported
+// again with their reason.
+func TestBrokenContentAgainAfterRecovery(t *testing.T) {
+	p := newPKI(t)
+	first := p.srvCA.Server(t, "agent")
+	f := testpki.WriteFiles(t, t.TempDir(), first, p.cliCA.CertPEM)
+	var log bytes.Buffer
+	r, err := New(files(f), Options{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := tlsServer(t, r.ServerConfig())
+	broken := []byte("-----BEGIN CERTIFICATE-----\n")
+	testpki.WriteAtomic(t, f.Cert, broken)
+	expectSerial(t, addr, p, first)
+	second := p.srvCA.Server(t, "agent")
+	testpki.WriteFiles(t, f.Dir, second, p.cliCA.CertPEM)
+	expectSerial(t, addr, p, second)
+	testpki.WriteAtomic(t, f.Cert, broken)
+	expectSerial(t, addr, p, second)
+	if n := strings.Count(log.String(), "no PEM CERTIFICATE block"); n != 2 {
+		t.Fatalf("the broken certificate was reported %d times, want 2:\n%s", n, log.String())
+	}
+}
