@@ -441,9 +441,9 @@ func TestRotationUnderLoad(t *testing.T) {
 	expectSerial(t, addr, p, last)
 }
 
-// TestBrokenContentAgainAfterRecovery: the same broken files that failed
-// once, then a good rotation, then the broken files again are reported
-// again with their reason.
+// TestBrokenContentAgainAfterRecovery: broken files, then the good ones
+// back, then exactly the same broken files: the second failure is reported
+// with its reason too.
 func TestBrokenContentAgainAfterRecovery(t *testing.T) {
 	p := newPKI(t)
 	first := p.srvCA.Server(t, "agent")
@@ -457,11 +457,11 @@ func TestBrokenContentAgainAfterRecovery(t *testing.T) {
 	broken := []byte("-----BEGIN CERTIFICATE-----\n")
 	testpki.WriteAtomic(t, f.Cert, broken)
 	expectSerial(t, addr, p, first)
-	second := p.srvCA.Server(t, "agent")
-	testpki.WriteFiles(t, f.Dir, second, p.cliCA.CertPEM)
-	expectSerial(t, addr, p, second)
+	// The good certificate comes back, then exactly the broken files again.
+	testpki.WriteAtomic(t, f.Cert, first.CertPEM)
+	expectSerial(t, addr, p, first)
 	testpki.WriteAtomic(t, f.Cert, broken)
-	expectSerial(t, addr, p, second)
+	expectSerial(t, addr, p, first)
 	if n := strings.Count(log.String(), "no PEM CERTIFICATE block"); n != 2 {
 		t.Fatalf("the broken certificate was reported %d times, want 2:\n%s", n, log.String())
 	}
