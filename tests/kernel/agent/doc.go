@@ -1,0 +1,37 @@
+// Package agent is the real-kernel suite of pillar-agent's gRPC service
+// (agent/server): the service on the kernel lab's Debian 6.1 guest,
+// driving real ZFS zvols and LVM logical volumes and the real nvmet
+// configfs tree, called through the generated gRPC client.
+//
+// What it proves, for LVM and ZFS:
+//
+//   - create → export → the kernel's own NVMe/TCP initiator connects, the
+//     namespace is found by the UUID api/export derives → data written
+//     through the initiator is read back on the target → disconnect →
+//     unexport → delete, leaving no subsystem, port or volume behind;
+//   - every mutating call with a stale generation is refused with
+//     FAILED_PRECONDITION and a FencingRejection, and neither configfs
+//     (compared with configfs Read) nor the store (backend List) changes;
+//   - the agent, running as a separate process, is SIGKILLed while an
+//     export is half-written in configfs; a restarted agent accepts the
+//     retried call, converges the export, and the fencing marks survived;
+//   - configfs is wiped as a storage-node reboot does; a restarted agent's
+//     Reconcile restores every export (the access list included), leaves a
+//     subsystem it does not own alone, and the initiator reconnects and
+//     reads back what it wrote before.
+//
+// Run it with
+//
+//	cd tests && go run ./cmd/pillar-lab test tests/kernel/agent
+//
+// The benchmarks (create+export latency against the raw backend and
+// configfs calls, concurrent create+export, reconcile after a wipe, agent
+// RSS) run with
+//
+//	go run ./cmd/pillar-lab test tests/kernel/agent -- -test.run '^$' -test.bench . -test.benchtime 1x
+//
+// and are sized by PILLAR_AGENT_BENCH_LATENCY (volumes timed one by one,
+// default 16), PILLAR_AGENT_BENCH_CONCURRENT (default 128) and
+// PILLAR_AGENT_BENCH_VOLUMES (exports reconciled and held for the RSS
+// figure, default 256).
+package agent

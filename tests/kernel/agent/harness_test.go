@@ -1,0 +1,473 @@
+//go:build kernel
+
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/agent/server"
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/configfs"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+const (
+	mib = int64(1) << 20
+	// opTimeout bounds each call; TCG makes a zfs command take a second.
+	opTimeout = 3 * time.Minute
+	// childEnv carries the socket path to a re-executed test binary that
+	// is to serve the agent instead of running tests; childGenEnv its
+	// fencing directory.
+	childEnv    = "PILLAR_AGENT_TEST_SOCKET"
+	childGenEnv = "PILLAR_AGENT_TEST_GENERATIONS"
+)
+
+// TestMain serves the agent when the binary was re-executed as a child
+// agent process (see startChild), and runs the tests otherwise.
+func TestMain(m *testing.M) {
+	if sock := os.Getenv(childEnv); sock != "" {
+		if err := serveChild(sock, os.Getenv(childGenEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "child agent:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// serveChild is the body of a child agent process: server.New on the
+// given fencing directory, served on a unix socket until killed.
+func serveChild(sock, gen string) error {
+	srv, err := server.New(server.Config{NodeName: "lab", Version: "test", GenerationsDir: gen,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	os.Remove(sock)
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		return err
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	return g.Serve(lis)
+}
+
+// socketPath is a unix socket path in a fresh directory, short enough for
+// sun_path (108 bytes) whatever the test's name.
+func socketPath(t testing.TB, name string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, name)
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dial(t testing.TB, sock string) agentv1.AgentServiceClient {
+	t.Helper()
+	// A dialer instead of a unix:// target: a socket path is not a URL
+	// (a subtest's directory may hold '#').
+	conn, err := grpc.NewClient("passthrough:///pillar-agent", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return agentv1.NewAgentServiceClient(conn)
+}
+
+// inProcess is an agent served from the test process on a unix socket.
+type inProcess struct {
+	srv *server.Server
+	g   *grpc.Server
+	c   agentv1.AgentServiceClient
+}
+
+// startAgent serves a fresh server.Server on the fencing directory gen.
+func startAgent(t testing.TB, gen string) *inProcess {
+	t.Helper()
+	srv, err := server.New(server.Config{NodeName: "lab", Version: "test", GenerationsDir: gen,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Ready(context.Background()); err != nil {
+		t.Fatalf("agent not ready in the lab: %v", err)
+	}
+	sock := socketPath(t, "agent.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	srv.Register(g)
+	go g.Serve(lis)
+	a := &inProcess{srv: srv, g: g, c: dial(t, sock)}
+	t.Cleanup(a.stop)
+	return a
+}
+
+// stop ends the agent like a restart does: the server stops and the
+// fencing directory's lock is released. Safe to call twice.
+func (a *inProcess) stop() {
+	if a.g == nil {
+		return
+	}
+	a.g.Stop()
+	a.srv.Close()
+	a.g = nil
+}
+
+// child is an agent running as a separate process.
+type child struct {
+	cmd    *exec.Cmd
+	c      agentv1.AgentServiceClient
+	stderr *bytes.Buffer
+	done   chan error
+}
+
+// startChild re-executes the test binary as an agent process on the
+// fencing directory gen and waits until it answers.
+func startChild(t testing.TB, gen string) *child {
+	t.Helper()
+	sock := socketPath(t, "child.sock")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+sock, childGenEnv+"="+gen)
+	ch := &child{cmd: cmd, stderr: &bytes.Buffer{}, done: make(chan error, 1)}
+	cmd.Stderr = ch.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { ch.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		ch.kill(t)
+		if t.Failed() && ch.stderr.Len() > 0 {
+			t.Logf("child agent stderr:\n%s", ch.stderr)
+		}
+	})
+	ch.c = dial(t, sock)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := ch.c.GetAgentInfo(ctx, &agentv1.GetAgentInfoRequest{})
+		cancel()
+		if err == nil {
+			return ch
+		}
+		select {
+		case werr := <-ch.done:
+			ch.done <- werr
+			t.Fatalf("child agent exited: %v\n%s", werr, ch.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child agent does not answer: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill SIGKILLs the child and waits for it. Safe to call twice.
+func (ch *child) kill(t testing.TB) {
+	if ch.cmd.Process == nil {
+		return
+	}
+	ch.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-ch.done
+	ch.done <- err
+}
+
+// stop sends SIGSTOP and waits until every thread of the child is
+// stopped: kill(2) returns before the threads reach a point where they
+// stop, and until then the child keeps writing.
+func (ch *child) stop(t testing.TB) {
+	t.Helper()
+	pid := ch.cmd.Process.Pid
+	ch.cmd.Process.Signal(syscall.SIGSTOP)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		if err != nil || len(tasks) == 0 {
+			t.Fatalf("child %d has no tasks: %v", pid, err)
+		}
+		running := 0
+		for _, p := range tasks {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				continue // the thread exited
+			}
+			// The state follows the parenthesized command name.
+			if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+				running++
+			}
+		}
+		if running == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d: %d threads did not stop", pid, running)
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
+// rssKiB is the child's resident set (VmRSS in /proc/PID/status).
+func (ch *child) rssKiB(t testing.TB) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", ch.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^VmRSS:\s+(\d+) kB$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no VmRSS in /proc/%d/status", ch.cmd.Process.Pid)
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n
+}
+
+func tok(uid string, gen uint64) *agentv1.FencingToken {
+	return &agentv1.FencingToken{LifecycleUid: uid, PublicationGeneration: gen}
+}
+
+// newUID returns a fresh lifecycle UID, as Kubernetes would.
+func newUID(t testing.TB) string {
+	var b [16]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func zfsStore(pool string) *agentv1.Store {
+	return &agentv1.Store{Name: "zfs", Backend: &agentv1.Store_Zfs{Zfs: &agentv1.ZfsStore{Pool: pool, ParentDataset: "pillar", Sparse: true}}}
+}
+
+func lvmStore(vg, thinPool string) *agentv1.Store {
+	return &agentv1.Store{Name: "lvm", Backend: &agentv1.Store_Lvm{Lvm: &agentv1.LvmStore{VolumeGroup: vg, ThinPool: thinPool}}}
+}
+
+func tcp(port int, acl bool) *agentv1.NvmeofTcpExport {
+	return &agentv1.NvmeofTcpExport{BindAddress: "127.0.0.1", Port: uint32(port), AclEnabled: acl}
+}
+
+// freeTCPPort asks the kernel for an unused loopback port for an nvmet
+// listener, so that tests never share one by accident.
+func freeTCPPort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// readNvmet is configfs as the configfs module reads it.
+func readNvmet(t testing.TB) *configfs.State {
+	t.Helper()
+	st, err := configfs.NewFS("").Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// requireEmptyNvmet fails unless no other test left exports behind:
+// Reconcile removes dead pillar-owned exports, so tests must not overlap.
+func requireEmptyNvmet(t testing.TB) {
+	t.Helper()
+	if st := readNvmet(t); len(st.Subsystems) != 0 || len(st.Ports) != 0 {
+		t.Fatalf("nvmet is not empty at the start: %+v", st)
+	}
+	t.Cleanup(func() { wipeNvmet(t) })
+}
+
+// wipeNvmet removes every nvmet object with plain syscalls, in the order
+// nvmet requires, as the loss of configfs at a reboot does: port links,
+// ports, access-list links, namespaces, subsystems, hosts. It does not use
+// the configfs module, so it also proves Reconcile against a tree the
+// agent did not tear down itself.
+func wipeNvmet(t testing.TB) {
+	t.Helper()
+	const root = "/sys/kernel/config/nvmet"
+	glob := func(p string) []string {
+		m, err := filepath.Glob(filepath.Join(root, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	rm := func(p string, f func(string) error) {
+		if err := f(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("wipe: %v", err)
+		}
+	}
+	for _, l := range glob("ports/*/subsystems/*") {
+		rm(l, os.Remove)
+	}
+	for _, p := range glob("ports/*") {
+		rm(p, syscall.Rmdir)
+	}
+	for _, l := range glob("subsystems/*/allowed_hosts/*") {
+		rm(l, os.Remove)
+	}
+	for _, ns := range glob("subsystems/*/namespaces/*") {
+		rm(ns, syscall.Rmdir)
+	}
+	for _, s := range glob("subsystems/*") {
+		rm(s, syscall.Rmdir)
+	}
+	for _, h := range glob("hosts/*") {
+		rm(h, syscall.Rmdir)
+	}
+}
+
+// controller is a connected NVMe/TCP controller on the initiator side.
+type controller struct{ name string }
+
+// connect has the kernel initiator connect to nqn on 127.0.0.1:port as
+// hostNQN, through /dev/nvme-fabrics.
+func connect(t testing.TB, port int, nqn, hostNQN string) (*controller, error) {
+	t.Helper()
+	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open /dev/nvme-fabrics (is nvme-tcp loaded?): %v", err)
+	}
+	defer f.Close()
+	opts := fmt.Sprintf("transport=tcp,traddr=127.0.0.1,trsvcid=%d,nqn=%s,hostnqn=%s", port, nqn, hostNQN)
+	if _, err := f.Write([]byte(opts)); err != nil {
+		return nil, fmt.Errorf("connect %s: %w", opts, err)
+	}
+	buf := make([]byte, 256)
+	n, err := f.Read(buf)
+	if err != nil {
+		t.Fatalf("read the connect result: %v", err)
+	}
+	var inst, cntlid int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(buf[:n])), "instance=%d,cntlid=%d", &inst, &cntlid); err != nil {
+		t.Fatalf("parse the connect result %q: %v", buf[:n], err)
+	}
+	c := &controller{name: "nvme" + strconv.Itoa(inst)}
+	t.Cleanup(func() { c.disconnect(t) })
+	return c, nil
+}
+
+func mustConnect(t testing.TB, port int, nqn, hostNQN string) *controller {
+	t.Helper()
+	c, err := connect(t, port, nqn, hostNQN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *controller) disconnect(t testing.TB) {
+	if c.name == "" {
+		return
+	}
+	p := filepath.Join("/sys/class/nvme", c.name, "delete_controller")
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("disconnect %s: %v", c.name, err)
+	}
+	c.name = ""
+}
+
+// nsHead matches the namespace head devices (nvmeXnY); the per-path nodes
+// (nvmeXcYnZ) carry the same uuid but have no /dev node.
+var nsHead = regexp.MustCompile(`^nvme[0-9]+n[0-9]+$`)
+
+// namespaceByUUID waits for the initiator's block device whose namespace
+// UUID is uuid. Device names follow instance order, so the UUID the agent
+// derived from the volume ID is the only reliable handle, as it is for
+// pillar-node.
+func namespaceByUUID(t testing.TB, uuid string) string {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		devs, _ := filepath.Glob("/sys/block/nvme*n*")
+		for _, d := range devs {
+			if !nsHead.MatchString(filepath.Base(d)) {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(d, "uuid"))
+			if err == nil && strings.EqualFold(strings.TrimSpace(string(b)), uuid) {
+				return "/dev/" + filepath.Base(d)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no NVMe namespace with UUID %s appeared (have %v)", uuid, devs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// writeAt writes data at off on dev and fsyncs it.
+func writeAt(t testing.TB, dev string, off int64, data []byte) {
+	t.Helper()
+	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, off); err != nil {
+		t.Fatalf("write %s: %v", dev, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("fsync %s: %v", dev, err)
+	}
+}
+
+// readAt reads n bytes at off from dev, after dropping the device's page
+// cache: the target side may hold stale pages of a volume that nvmet
+// wrote underneath it.
+func readAt(t testing.TB, dev string, off int64, n int) []byte {
+	t.Helper()
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const blkflsbuf = 0x1261
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), blkflsbuf, 0); errno != 0 {
+		t.Fatalf("BLKFLSBUF %s: %v", dev, errno)
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatalf("read %s: %v", dev, err)
+	}
+	return b
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
