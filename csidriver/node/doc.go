@@ -66,4 +66,8 @@
 //     filesystem made. A device with another filesystem or a partition
 //     table is refused (FailedPrecondition), never reformatted.
 //   - mkfs.xfs refuses devices under 300 MB.
+//   - A read-only bind mount of a device node does not make the device
+//     read-only: may_open ignores MNT_READONLY for block and character
+//     devices, so O_RDWR still succeeds. Reader-only block volumes get
+//     BLKROSET instead; writes then fail with EPERM.
 package node

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
@@ -111,6 +112,21 @@ func (s *Service) resize(ctx context.Context, fsType, dev, mountPoint string) er
 		err = fmt.Errorf("resize: unsupported filesystem %q", fsType)
 	}
 	return err
+}
+
+// setBlockReadOnly sets the block layer's read-only flag of dev
+// (blockdev --setro). It lasts until the device goes away, which for a
+// namespace is the disconnect at unstage.
+func setBlockReadOnly(dev string) error {
+	f, err := os.Open(dev)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.BLKROSET, 1); err != nil {
+		return &os.PathError{Op: "ioctl BLKROSET", Path: dev, Err: err}
+	}
+	return nil
 }
 
 // isMounted reports whether p is a mount point. A probe that fails with

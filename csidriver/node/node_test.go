@@ -76,13 +76,14 @@ func (r *fakeRunner) called(prefix string) []string {
 }
 
 type env struct {
-	t       *testing.T
-	fake    *nvmeoftest.Fake
-	mounter *mount.FakeMounter
-	run     *fakeRunner
-	state   string
-	svc     *Service
-	dir     string
+	t        *testing.T
+	fake     *nvmeoftest.Fake
+	mounter  *mount.FakeMounter
+	run      *fakeRunner
+	state    string
+	svc      *Service
+	dir      string
+	readOnly []string // devices set read-only
 }
 
 func newEnv(t *testing.T) *env {
@@ -102,7 +103,8 @@ func (e *env) newService() *Service {
 		NodeName: "worker-1", HostNQN: hostNQN, HostID: hostID, StateDir: e.state,
 		Mounter: e.mounter, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		runner: e.run, initiator: e.fake.Initiator(),
-		lookPath: func(f string) (string, error) { return "/usr/sbin/" + f, nil },
+		lookPath:    func(f string) (string, error) { return "/usr/sbin/" + f, nil },
+		setReadOnly: func(dev string) error { e.readOnly = append(e.readOnly, dev); return nil },
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -519,6 +521,16 @@ func TestBlockLifecycle(t *testing.T) {
 	}
 	if err := e.unstage(e.svc, vol); err != nil {
 		t.Fatal(err)
+	}
+	if len(e.readOnly) != 0 {
+		t.Errorf("a read-write block volume was set read-only: %v", e.readOnly)
+	}
+	// Reader-only: the device itself is made read-only.
+	rox := blockCap()
+	rox.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+	e.stage(vol, rox)
+	if !slices.Equal(e.readOnly, []string{e.fake.Device(vol)}) {
+		t.Errorf("reader-only block stage set read-only %v, want %s", e.readOnly, e.fake.Device(vol))
 	}
 }
 

@@ -18,6 +18,13 @@ import (
 // NodePublishVolume bind-mounts the staged filesystem onto the target
 // directory, or the volume's block device onto the target file; read-only
 // when asked (or when the access mode only reads).
+//
+// For a block volume a read-only bind mount is advisory: the kernel does
+// not refuse a write open of a device node on a read-only mount. What
+// keeps a read-only publication of a read-write volume from writing is the
+// container runtime's device cgroup (kubelet hands the device over
+// read-only); a volume staged with a reader-only access mode is read-only
+// in the block layer itself (see NodeStageVolume).
 func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
 	if err := validVolumeID(volumeID); err != nil {

@@ -61,6 +61,8 @@ type Config struct {
 	runner    runner.Runner
 	initiator *nvmeof.Initiator
 	lookPath  func(string) (string, error)
+	// setReadOnly marks a block device read-only (BLKROSET).
+	setReadOnly func(dev string) error
 }
 
 // Service is the CSI Node service.
@@ -105,6 +107,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.lookPath == nil {
 		cfg.lookPath = exec.LookPath
+	}
+	if cfg.setReadOnly == nil {
+		cfg.setReadOnly = setBlockReadOnly
 	}
 	if cfg.NamespaceTimeout <= 0 {
 		cfg.NamespaceTimeout = DefaultNamespaceTimeout

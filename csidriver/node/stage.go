@@ -93,10 +93,20 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 	devPath := s.nvme.DevicePath(dev)
 	log.Info("namespace found", "device", devPath, "uuid", id.UUID)
 
-	if c.access == stage.Mount {
+	switch {
+	case c.access == stage.Mount:
 		if err := s.stageMount(ctx, log, devPath, want); err != nil {
 			return nil, err
 		}
+	case c.readOnly:
+		// A read-only bind mount does not stop writes through a device
+		// node (the kernel's may_open ignores MNT_READONLY for block
+		// devices), so a reader-only block volume is made read-only in
+		// the block layer: every writer gets EPERM.
+		if err := s.cfg.setReadOnly(devPath); err != nil {
+			return nil, statusOf("set block device read-only", err)
+		}
+		log.Info("block device set read-only", "device", devPath)
 	}
 	want.Complete = true
 	if err := s.store.Put(want); err != nil {
