@@ -336,6 +336,21 @@ func TestDeviceFoundByUUIDNotOrder(t *testing.T) {
 	}
 }
 
+func TestStagingPathHoldingSomethingElse(t *testing.T) {
+	e := newEnv(t)
+	if err := os.MkdirAll(e.staging(vol), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.mounter.Mount("/dev/sdz", e.staging(vol), "ext4", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.svc.NodeStageVolume(context.Background(), e.stageReq(vol, mountCap("ext4")))
+	wantCode(t, err, codes.FailedPrecondition, "already has /dev/sdz mounted")
+	if n := len(e.run.called("mkfs")); n != 0 {
+		t.Fatal("mkfs ran")
+	}
+}
+
 func TestIncompatibleRestageIsAlreadyExists(t *testing.T) {
 	e := newEnv(t)
 	e.stage(vol, mountCap("ext4"))

@@ -9,6 +9,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	mount "k8s.io/mount-utils"
 
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof"
@@ -135,7 +136,15 @@ func (s *Service) stageMount(ctx context.Context, log *slog.Logger, devPath stri
 		return status.Errorf(codes.FailedPrecondition, "staging path %s is a corrupted mount; unstage the volume first", r.StagingPath)
 	}
 	if mounted {
-		// A repeated stage: the record matched, so this is our mount.
+		// A repeated stage, if what is mounted there is this volume's
+		// device; anything else is not ours to use or to unmount.
+		src, _, err := mount.GetDeviceNameFromMount(s.mounter, r.StagingPath)
+		if err != nil {
+			return statusOf("check staging path", err)
+		}
+		if src != devPath {
+			return status.Errorf(codes.FailedPrecondition, "staging path %s already has %s mounted, not volume %s's device %s", r.StagingPath, src, r.VolumeID, devPath)
+		}
 		log.Info("already mounted", "staging_path", r.StagingPath)
 		return nil
 	}
