@@ -3,6 +3,26 @@
 // pillar-controller, and the Node service run by pillar-node on every worker
 // (NVMe-oF/TCP connect, mkfs, mount and bind mount, expand, stats).
 //
+// Layout:
+//
+//   - driver: the driver name (pillar-csi.io) and version, shared by every
+//     service.
+//   - identity: the Identity service; Probe runs the serving binary's
+//     readiness check.
+//   - node: the Node service (pillar-node); its package documentation lists
+//     the kernel and initiator behaviour it handles.
+//   - server: gRPC serving on the CSI endpoint with one logging
+//     interceptor.
+//   - cmd/pillar-node: the binary.
+//   - internal/nvmeof (initiator through /dev/nvme-fabrics and sysfs),
+//     internal/stage (atomic stage records), internal/runner (the one
+//     place external commands run, with deadlines).
+//
+// The Controller service (pillar-controller) will join as package
+// controller and cmd/pillar-controller, sharing driver, identity and
+// server. The node⇄controller contract (volume context keys, node ID
+// format) lives in api/export.
+//
 // csi-sanity runs against this module, in-process with fakes and against
 // the real stack.
 //

@@ -57,7 +57,7 @@ func (r *fakeRunner) Run(_ context.Context, name string, args ...string) ([]byte
 		return []byte("DEVNAME=" + last + "\nTYPE=" + string(b) + "\n"), nil
 	case "mkfs.ext4", "mkfs.xfs":
 		return nil, os.WriteFile(last, []byte(strings.TrimPrefix(name, "mkfs.")), 0o600)
-	case "resize2fs", "xfs_growfs":
+	case "resize2fs", "xfs_growfs", "mount", "umount":
 		return nil, nil
 	}
 	return nil, &runner.Error{Cmd: args, ExitCode: 127, Err: errors.New("not found")}

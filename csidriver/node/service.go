@@ -47,7 +47,9 @@ type Config struct {
 	HostID  string
 	// StateDir holds the stage records; DefaultStateDir when empty.
 	StateDir string
-	// Mounter mounts and unmounts; mount.NewWithoutSystemd("") when nil.
+	// Mounter mounts and unmounts. When nil, mount-utils' mounter reads
+	// the mount table and mount(8)/umount(8) run through the command
+	// runner with DefaultMountTimeout.
 	Mounter mount.Interface
 	// Logger gets one line per step, each with volume_id; slog.Default()
 	// when nil.
@@ -93,14 +95,14 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pillar-node: %w", err)
 	}
-	if cfg.Mounter == nil {
-		cfg.Mounter = mount.NewWithoutSystemd("")
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.runner == nil {
 		cfg.runner = runner.Exec{}
+	}
+	if cfg.Mounter == nil {
+		cfg.Mounter = timedMounter{Interface: mount.NewWithoutSystemd(""), run: cfg.runner, timeout: DefaultMountTimeout}
 	}
 	if cfg.initiator == nil {
 		cfg.initiator = nvmeof.New(nvmeof.DefaultPaths)

@@ -253,6 +253,7 @@ func BenchmarkStagePublish(b *testing.B) {
 		}
 	}
 	rss, hwm := memory(b, c.pid)
+	b.Logf("pillar-node child pid %d: VmRSS idle %.0f KiB, after %d stage+publish %.0f KiB, VmHWM %.0f KiB", c.pid, idleRSS, b.N, rss, hwm)
 	n := float64(b.N)
 	b.ReportMetric(float64(pillar.Milliseconds())/n, "pillar-ms/op")
 	b.ReportMetric(float64(raw.Milliseconds())/n, "raw-ms/op")
