@@ -24,6 +24,13 @@ func (s *Service) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolum
 	if err := validVolumeID(volumeID); err != nil {
 		return nil, err
 	}
+	if req.GetVolumePath() == "" {
+		return nil, invalid("volume_path is missing")
+	}
+	// An unknown volume is NotFound before its path is judged.
+	if err := s.requireStaged(volumeID); err != nil {
+		return nil, err
+	}
 	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
 		return nil, err
 	}

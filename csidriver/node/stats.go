@@ -126,6 +126,18 @@ func (s *Service) inspect(volumeID, path string) (*volumeStatus, error) {
 	return v, nil
 }
 
+// requireStaged answers NotFound for a volume without a stage record.
+func (s *Service) requireStaged(volumeID string) error {
+	_, ok, err := s.store.Get(volumeID)
+	switch {
+	case err != nil:
+		return statusOf("read stage record", err)
+	case !ok:
+		return status.Errorf(codes.NotFound, "volume %s is not staged on this node", volumeID)
+	}
+	return nil
+}
+
 // NodeGetVolumeStats reports bytes and inodes of a filesystem volume
 // (statfs) or the size of a block volume. A volume that cannot be measured
 // gets no usage; NodeGetVolumeHealth says why.
@@ -133,8 +145,17 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 	if err := validVolumeID(req.GetVolumeId()); err != nil {
 		return nil, err
 	}
-	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
+	if req.GetVolumePath() == "" {
+		return nil, invalid("volume_path is missing")
+	}
+	// An unknown volume is NotFound whatever the path, and a path that
+	// cannot be the volume's (relative, unclean) means the volume is not
+	// there: NotFound too, as the spec and csi-sanity have it.
+	if err := s.requireStaged(req.GetVolumeId()); err != nil {
 		return nil, err
+	}
+	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
+		return nil, status.Errorf(codes.NotFound, "volume %s is not at %q: %v", req.GetVolumeId(), req.GetVolumePath(), status.Convert(err).Message())
 	}
 	v, err := s.inspect(req.GetVolumeId(), req.GetVolumePath())
 	if err != nil {
@@ -151,6 +172,9 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 func (s *Service) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	volumeID := req.GetVolumeId()
 	if err := validVolumeID(volumeID); err != nil {
+		return nil, err
+	}
+	if err := s.requireStaged(volumeID); err != nil {
 		return nil, err
 	}
 	path := req.GetVolumePublishPath()
