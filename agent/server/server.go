@@ -63,6 +63,10 @@ type Config struct {
 	// ReconcileWorkers is how many desired exports Reconcile converges
 	// concurrently; DefaultReconcileWorkers if zero.
 	ReconcileWorkers int
+	// StoreConcurrency is how many backend calls run at once per store;
+	// DefaultStoreConcurrency if zero. Further calls wait, within their
+	// deadline.
+	StoreConcurrency int
 }
 
 // Server implements pillar.agent.v1.AgentService. It is safe for
@@ -130,6 +134,10 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 	if workers <= 0 {
 		workers = DefaultReconcileWorkers
 	}
+	slots := cfg.StoreConcurrency
+	if slots <= 0 {
+		slots = DefaultStoreConcurrency
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -148,7 +156,7 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 		log:     log,
 		marks:   marks,
 		nvmet:   nv,
-		stores:  newStoreCache(factory),
+		stores:  newStoreCache(factory, slots),
 		workers: workers,
 		volumes: map[string]struct{}{},
 		exports: map[string]struct{}{},

@@ -386,7 +386,7 @@ func TestInvalidArguments(t *testing.T) {
 		wantCode(t, name, call(), codes.InvalidArgument)
 	}
 	// The real factory validates store configurations.
-	srv := &Server{stores: newStoreCache(realBackends(0))}
+	srv := &Server{stores: newStoreCache(realBackends(0), 1)}
 	if _, _, err := srv.backend("CreateVolume", zfsBad); err == nil || !strings.Contains(err.Error(), "volsize") {
 		t.Errorf("a zfs store setting volsize = %v, want INVALID_ARGUMENT naming it", err)
 	}

@@ -124,12 +124,13 @@ func realBackends(timeout time.Duration) backendFactory {
 // store goes through the same backend object.
 type storeCache struct {
 	factory backendFactory
+	slots   int // concurrent calls per store
 	mu      sync.Mutex
 	m       map[storeSpec]backends.Backend
 }
 
-func newStoreCache(f backendFactory) *storeCache {
-	return &storeCache{factory: f, m: map[storeSpec]backends.Backend{}}
+func newStoreCache(f backendFactory, slots int) *storeCache {
+	return &storeCache{factory: f, slots: slots, m: map[storeSpec]backends.Backend{}}
 }
 
 // get returns the backend of spec, building it on first use. An invalid
@@ -144,6 +145,7 @@ func (c *storeCache) get(spec storeSpec) (backends.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.m[spec] = b
-	return b, nil
+	lb := limit(b, c.slots)
+	c.m[spec] = lb
+	return lb, nil
 }

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pillar-csi/pillar-csi/backends"
+)
+
+// DefaultStoreConcurrency is how many backend calls run at once per store
+// when Config.StoreConcurrency is zero. LVM serializes commands on its
+// volume-group lock and ZFS on its pool's transaction groups, so more
+// processes in parallel only wait for each other; but each of them holds
+// a timeout (Config.CommandTimeout) and output pipes, and a hundred of
+// them on a small node starve each other past those limits.
+const DefaultStoreConcurrency = 4
+
+// limited is a backend whose calls wait for one of a fixed number of
+// slots. Waiting honours the call's context, so a caller whose deadline
+// passes in the queue gets DEADLINE_EXCEEDED without running anything.
+type limited struct {
+	b     backends.Backend
+	slots chan struct{}
+}
+
+func limit(b backends.Backend, n int) *limited {
+	return &limited{b: b, slots: make(chan struct{}, n)}
+}
+
+func (l *limited) acquire(ctx context.Context, op string) (func(), error) {
+	select {
+	case l.slots <- struct{}{}:
+		return func() { <-l.slots }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: waiting for a free slot of the store: %w", op, ctx.Err())
+	}
+}
+
+func (l *limited) Create(ctx context.Context, id string, size int64) (*backends.Volume, error) {
+	release, err := l.acquire(ctx, "create")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.b.Create(ctx, id, size)
+}
+
+func (l *limited) Delete(ctx context.Context, id string) error {
+	release, err := l.acquire(ctx, "delete")
+	if err != nil {
+		return err
+	}
+	defer release()
+	return l.b.Delete(ctx, id)
+}
+
+func (l *limited) Expand(ctx context.Context, id string, size int64) (*backends.Volume, error) {
+	release, err := l.acquire(ctx, "expand")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.b.Expand(ctx, id, size)
+}
+
+func (l *limited) Get(ctx context.Context, id string) (*backends.Volume, error) {
+	release, err := l.acquire(ctx, "get")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.b.Get(ctx, id)
+}
+
+func (l *limited) List(ctx context.Context) ([]backends.Volume, error) {
+	release, err := l.acquire(ctx, "list")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.b.List(ctx)
+}
+
+func (l *limited) Capacity(ctx context.Context) (*backends.Capacity, error) {
+	release, err := l.acquire(ctx, "capacity")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return l.b.Capacity(ctx)
+}
+
+func (l *limited) DevicePath(ctx context.Context, id string) (string, error) {
+	release, err := l.acquire(ctx, "device path")
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	return l.b.DevicePath(ctx, id)
+}
