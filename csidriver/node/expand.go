@@ -28,7 +28,7 @@ func (s *Service) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolum
 		return nil, invalid("volume_path is missing")
 	}
 	// An unknown volume is NotFound before its path is judged.
-	if err := s.requireStaged(volumeID); err != nil {
+	if _, err := s.stagedRecord(volumeID, codes.NotFound); err != nil {
 		return nil, err
 	}
 	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
@@ -43,19 +43,15 @@ func (s *Service) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolum
 	if required < 0 {
 		return nil, invalid("capacity_range.required_bytes %d is negative", required)
 	}
-	unlock, err := s.lock(volumeID)
+	unlock, log, err := s.begin(volumeID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := s.log.With("volume_id", volumeID)
 
-	r, ok, err := s.store.Get(volumeID)
-	switch {
-	case err != nil:
-		return nil, statusOf("read stage record", err)
-	case !ok || !r.Complete:
-		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on this node", volumeID)
+	r, err := s.stagedRecord(volumeID, codes.NotFound)
+	if err != nil {
+		return nil, err
 	}
 	if err := s.nvme.Rescan(r.SubsystemNQN); err != nil {
 		return nil, statusOf("rescan", err)

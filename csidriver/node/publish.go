@@ -26,34 +26,24 @@ import (
 // read-only); a volume staged with a reader-only access mode is read-only
 // in the block layer itself (see NodeStageVolume).
 func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
-	volumeID := req.GetVolumeId()
-	if err := validVolumeID(volumeID); err != nil {
-		return nil, err
-	}
-	if err := validPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	if err := validPath("target_path", req.GetTargetPath()); err != nil {
+	volumeID, target := req.GetVolumeId(), req.GetTargetPath()
+	if err := validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath(), "target_path", target); err != nil {
 		return nil, err
 	}
 	c, err := validCapability(req.GetVolumeCapability())
 	if err != nil {
 		return nil, err
 	}
-	target := req.GetTargetPath()
-	unlock, err := s.lock(volumeID)
+	unlock, log, err := s.begin(volumeID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := s.log.With("volume_id", volumeID)
 
-	r, ok, err := s.store.Get(volumeID)
+	r, err := s.stagedRecord(volumeID, codes.FailedPrecondition)
 	switch {
 	case err != nil:
-		return nil, statusOf("read stage record", err)
-	case !ok || !r.Complete:
-		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is not staged on this node", volumeID)
+		return nil, err
 	case r.StagingPath != req.GetStagingTargetPath():
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s is staged at %s, not %s", volumeID, r.StagingPath, req.GetStagingTargetPath())
 	case r.AccessType != c.access:
@@ -140,19 +130,15 @@ func (s *Service) mountedReadOnly(p string) (bool, error) {
 // NodeUnpublishVolume unmounts the target and removes it. It is
 // idempotent, and a corrupted mount is unmounted, not skipped.
 func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
-	volumeID := req.GetVolumeId()
-	if err := validVolumeID(volumeID); err != nil {
+	volumeID, target := req.GetVolumeId(), req.GetTargetPath()
+	if err := validRequest(volumeID, "target_path", target); err != nil {
 		return nil, err
 	}
-	if err := validPath("target_path", req.GetTargetPath()); err != nil {
-		return nil, err
-	}
-	unlock, err := s.lock(volumeID)
+	unlock, log, err := s.begin(volumeID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	target := req.GetTargetPath()
 	// Not mount.CleanupMountPoint: it treats EIO and friends as a corrupted
 	// mount only when stat(2) of the path reports them, not when the
 	// mount-point check does; s.unmount counts both as mounted.
@@ -164,6 +150,6 @@ func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublis
 	if err := os.Remove(target); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, statusOf("remove target path", err)
 	}
-	s.log.Info("unpublished", "volume_id", volumeID, "target_path", target)
+	log.Info("unpublished", "target_path", target)
 	return &csi.NodeUnpublishVolumeResponse{}, nil
 }

@@ -34,7 +34,7 @@ const (
 
 // Tools are the commands pillar-node runs; Probe reports the plugin not
 // ready while one is missing.
-var Tools = []string{"blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs"}
+var Tools = []string{"blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs", "mount", "umount"}
 
 // Config configures a Service. NodeName and HostNQN are required; every
 // other field has a default.
@@ -189,6 +189,29 @@ func (s *Service) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesR
 		})
 	}
 	return &csi.NodeGetCapabilitiesResponse{Capabilities: caps}, nil
+}
+
+// begin takes the volume's lock and returns its unlock and a logger that
+// puts volume_id on every line.
+func (s *Service) begin(volumeID string) (unlock func(), log *slog.Logger, err error) {
+	unlock, err = s.lock(volumeID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return unlock, s.log.With("volume_id", volumeID), nil
+}
+
+// stagedRecord returns the complete stage record of a volume; a volume
+// without one (or with a stage still in progress or failed) gets code.
+func (s *Service) stagedRecord(volumeID string, code codes.Code) (stage.Record, error) {
+	r, ok, err := s.store.Get(volumeID)
+	switch {
+	case err != nil:
+		return stage.Record{}, statusOf("read stage record", err)
+	case !ok || !r.Complete:
+		return stage.Record{}, status.Errorf(code, "volume %s is not staged on this node", volumeID)
+	}
+	return r, nil
 }
 
 // lock takes the volume's lock or answers Aborted: CSI lets a CO retry an

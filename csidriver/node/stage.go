@@ -25,10 +25,7 @@ import (
 // NodeUnstageVolume would not know which controller to delete.
 func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if err := validVolumeID(volumeID); err != nil {
-		return nil, err
-	}
-	if err := validPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+	if err := validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
 	c, err := validCapability(req.GetVolumeCapability())
@@ -40,12 +37,11 @@ func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeR
 		return nil, invalid("volume_context: %v", err)
 	}
 	id, _ := export.For(volumeID) // valid: checked above
-	unlock, err := s.lock(volumeID)
+	unlock, log, err := s.begin(volumeID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := s.log.With("volume_id", volumeID)
 
 	want := stage.Record{
 		VolumeID:     volumeID,
@@ -171,18 +167,14 @@ func (s *Service) stageMount(ctx context.Context, log *slog.Logger, devPath stri
 // alone, and is idempotent: a volume without a record is not staged.
 func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if err := validVolumeID(volumeID); err != nil {
+	if err := validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
-	if err := validPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
-		return nil, err
-	}
-	unlock, err := s.lock(volumeID)
+	unlock, log, err := s.begin(volumeID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	log := s.log.With("volume_id", volumeID)
 
 	r, ok, err := s.store.Get(volumeID)
 	if err != nil {

@@ -51,12 +51,9 @@ func (v *volumeStatus) problem(reason, format string, args ...any) {
 // statfs. It needs no lock: it only reads, and the CO polls it while other
 // operations may run.
 func (s *Service) inspect(volumeID, path string) (*volumeStatus, error) {
-	r, ok, err := s.store.Get(volumeID)
-	switch {
-	case err != nil:
-		return nil, statusOf("read stage record", err)
-	case !ok:
-		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on this node", volumeID)
+	r, err := s.stagedRecord(volumeID, codes.NotFound)
+	if err != nil {
+		return nil, err
 	}
 	if path == "" {
 		path = r.StagingPath
@@ -126,18 +123,6 @@ func (s *Service) inspect(volumeID, path string) (*volumeStatus, error) {
 	return v, nil
 }
 
-// requireStaged answers NotFound for a volume without a stage record.
-func (s *Service) requireStaged(volumeID string) error {
-	_, ok, err := s.store.Get(volumeID)
-	switch {
-	case err != nil:
-		return statusOf("read stage record", err)
-	case !ok:
-		return status.Errorf(codes.NotFound, "volume %s is not staged on this node", volumeID)
-	}
-	return nil
-}
-
 // NodeGetVolumeStats reports bytes and inodes of a filesystem volume
 // (statfs) or the size of a block volume. A volume that cannot be measured
 // gets no usage; NodeGetVolumeHealth says why.
@@ -151,7 +136,7 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 	// An unknown volume is NotFound whatever the path, and a path that
 	// cannot be the volume's (relative, unclean) means the volume is not
 	// there: NotFound too, as the spec and csi-sanity have it.
-	if err := s.requireStaged(req.GetVolumeId()); err != nil {
+	if _, err := s.stagedRecord(req.GetVolumeId(), codes.NotFound); err != nil {
 		return nil, err
 	}
 	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
@@ -174,7 +159,7 @@ func (s *Service) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolum
 	if err := validVolumeID(volumeID); err != nil {
 		return nil, err
 	}
-	if err := s.requireStaged(volumeID); err != nil {
+	if _, err := s.stagedRecord(volumeID, codes.NotFound); err != nil {
 		return nil, err
 	}
 	path := req.GetVolumePublishPath()

@@ -55,6 +55,19 @@ func validPath(field, p string) error {
 	return nil
 }
 
+// validRequest checks a volume ID and (field name, path) pairs.
+func validRequest(volumeID string, fieldPaths ...string) error {
+	if err := validVolumeID(volumeID); err != nil {
+		return err
+	}
+	for i := 0; i+1 < len(fieldPaths); i += 2 {
+		if err := validPath(fieldPaths[i], fieldPaths[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // capability is a validated volume capability.
 type capability struct {
 	access     stage.AccessType
