@@ -37,9 +37,16 @@ type labStore struct {
 	backend backends.Backend
 }
 
-func newLVM(t *testing.T, thin bool) labStore {
+func newLVM(t testing.TB, thin bool) labStore {
 	t.Helper()
-	o := fixture.VGOptions{Size: 1 << 30}
+	return newLVMOf(t, thin, 1<<30)
+}
+
+// newLVMOf makes a volume group of size bytes (with a 512 MiB thin pool
+// if thin).
+func newLVMOf(t testing.TB, thin bool, size int64) labStore {
+	t.Helper()
+	o := fixture.VGOptions{Size: size}
 	if thin {
 		o.ThinPoolSize = 512 * mib
 	}
@@ -55,9 +62,15 @@ func newLVM(t *testing.T, thin bool) labStore {
 	return labStore{name: name, store: lvmStore(vg.Name, vg.ThinPool), backend: b}
 }
 
-func newZFS(t *testing.T) labStore {
+func newZFS(t testing.TB) labStore {
 	t.Helper()
-	p := fixture.NewZPool(t, fixture.PoolOptions{Size: 512 * mib})
+	return newZFSOf(t, 512*mib)
+}
+
+// newZFSOf makes a pool of size bytes.
+func newZFSOf(t testing.TB, size int64) labStore {
+	t.Helper()
+	p := fixture.NewZPool(t, fixture.PoolOptions{Size: size})
 	b, err := zfs.New(zfs.Config{Pool: p.Name, ParentDataset: "pillar", Sparse: true})
 	if err != nil {
 		t.Fatal(err)
@@ -85,10 +98,10 @@ func TestLifecycle(t *testing.T) {
 	guest.RequireGuest(t)
 	for _, c := range []struct {
 		name string
-		mk   func(*testing.T) labStore
+		mk   func(testing.TB) labStore
 	}{
-		{"lvm-linear", func(t *testing.T) labStore { return newLVM(t, false) }},
-		{"lvm-thin", func(t *testing.T) labStore { return newLVM(t, true) }},
+		{"lvm-linear", func(t testing.TB) labStore { return newLVM(t, false) }},
+		{"lvm-thin", func(t testing.TB) labStore { return newLVM(t, true) }},
 		{"zfs-sparse", newZFS},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -154,9 +167,9 @@ func TestStaleGenerationChangesNothing(t *testing.T) {
 	guest.RequireGuest(t)
 	for _, c := range []struct {
 		name string
-		mk   func(*testing.T) labStore
+		mk   func(testing.TB) labStore
 	}{
-		{"lvm-linear", func(t *testing.T) labStore { return newLVM(t, false) }},
+		{"lvm-linear", func(t testing.TB) labStore { return newLVM(t, false) }},
 		{"zfs-sparse", newZFS},
 	} {
 		t.Run(c.name, func(t *testing.T) {

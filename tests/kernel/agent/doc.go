@@ -30,8 +30,7 @@
 //
 //	go run ./cmd/pillar-lab test tests/kernel/agent -- -test.run '^$' -test.bench . -test.benchtime 1x
 //
-// and are sized by PILLAR_AGENT_BENCH_LATENCY (volumes timed one by one,
-// default 16), PILLAR_AGENT_BENCH_CONCURRENT (default 128) and
-// PILLAR_AGENT_BENCH_VOLUMES (exports reconciled and held for the RSS
-// figure, default 256).
+// and are sized by the flags -agent.latency (volumes timed one by one per
+// store, default 16), -agent.concurrent (default 128) and -agent.volumes
+// (exports reconciled and held for the RSS figure, default 256).
 package agent
