@@ -3,6 +3,17 @@
 // ZFS and LVM backends, and checks and advances the durable fencing marks
 // before any call changes a volume.
 //
+// Layout:
+//   - server: the pillar.agent.v1.AgentService implementation — fencing,
+//     per-volume serialization, the backends per store, nvmet exports,
+//     Reconcile and the mapping of every failure to a gRPC code. It has no
+//     transport of its own: Register it on any grpc.ServiceRegistrar.
+//   - app: the process around it — flags, gRPC server, TLS, health,
+//     metrics, logging, graceful shutdown; cmd/pillar-agent is its main.
+//
+// The real-kernel suite of the service, with its benchmarks, is
+// tests/kernel/agent.
+//
 // Allowed dependencies: the Go standard library, golang.org/x/sys,
 // google.golang.org/grpc, github.com/google/renameio/v2,
 // github.com/hashicorp/go-multierror, and the pillar-csi modules api,
