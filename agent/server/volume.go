@@ -31,13 +31,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *agentv1.GetCapacityReques
 func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequest) (*agentv1.CreateVolumeResponse, error) {
 	const op = "CreateVolume"
 	id := req.GetVolumeId()
-	if err := validateVolumeID(op, id); err != nil {
-		return nil, err
-	}
-	if req.GetCapacityBytes() <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "%s volume %q: capacity_bytes %d must be greater than zero", op, id, req.GetCapacityBytes())
-	}
-	b, spec, err := s.backend(op, req.GetStore())
+	b, spec, err := s.sized(op, id, req.GetCapacityBytes(), req.GetStore())
 	if err != nil {
 		return nil, err
 	}
@@ -117,13 +111,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequ
 func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequest) (*agentv1.ExpandVolumeResponse, error) {
 	const op = "ExpandVolume"
 	id := req.GetVolumeId()
-	if err := validateVolumeID(op, id); err != nil {
-		return nil, err
-	}
-	if req.GetCapacityBytes() <= 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "%s volume %q: capacity_bytes %d must be greater than zero", op, id, req.GetCapacityBytes())
-	}
-	b, spec, err := s.backend(op, req.GetStore())
+	b, spec, err := s.sized(op, id, req.GetCapacityBytes(), req.GetStore())
 	if err != nil {
 		return nil, err
 	}
@@ -173,6 +161,18 @@ func (s *Server) ListVolumes(ctx context.Context, req *agentv1.ListVolumesReques
 		resp.Volumes = append(resp.Volumes, &agentv1.Volume{VolumeId: v.ID, CapacityBytes: v.SizeBytes})
 	}
 	return resp, nil
+}
+
+// sized validates a request that sizes a volume and returns its store's
+// backend.
+func (s *Server) sized(op, id string, size int64, st *agentv1.Store) (backends.Backend, storeSpec, error) {
+	if err := validateVolumeID(op, id); err != nil {
+		return nil, storeSpec{}, err
+	}
+	if size <= 0 {
+		return nil, storeSpec{}, status.Errorf(codes.InvalidArgument, "%s volume %q: capacity_bytes %d must be greater than zero", op, id, size)
+	}
+	return s.backend(op, st)
 }
 
 // backend returns the backend of a request's store, or INVALID_ARGUMENT
