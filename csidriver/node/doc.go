@@ -55,8 +55,11 @@
 //     delete during reconnect is allowed). A short ctrlLossTimeoutSeconds
 //     bounds how long an unmount can wait on dirty data.
 //   - A grown namespace reaches the initiator through an asynchronous
-//     event; rescan_controller forces the re-read, and the size is awaited
-//     before the filesystem grows. xfs_growfs needs the mount point,
+//     event, and only after the target re-reads its backing device (nvmet
+//     does so on a write to the namespace's revalidate_size, which
+//     pillar-agent owes after growing a volume); rescan_controller forces
+//     the initiator's re-read, and the size is awaited before the
+//     filesystem grows. xfs_growfs needs the mount point,
 //     resize2fs the device.
 //   - A filesystem in kernel shutdown (xfs after an I/O error) or on a
 //     vanished device answers stat with EIO; mount probes that fail with
@@ -66,6 +69,8 @@
 //     filesystem made. A device with another filesystem or a partition
 //     table is refused (FailedPrecondition), never reformatted.
 //   - mkfs.xfs refuses devices under 300 MB.
+//   - /proc/mounts shows a bind mount of a device node with the source
+//     "devtmpfs"; /proc/self/mountinfo's root field names the node.
 //   - A read-only bind mount of a device node does not make the device
 //     read-only: may_open ignores MNT_READONLY for block and character
 //     devices, so O_RDWR still succeeds. Reader-only block volumes get

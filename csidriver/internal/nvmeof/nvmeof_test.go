@@ -81,14 +81,22 @@ func TestConnectErrorsAndRace(t *testing.T) {
 	if _, _, err := in.Connect(context.Background(), target("pvc-1"), nvmeof.Host{}, export.ConnectOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Another connect of the same host wins between Connect's look and
+	// its write: the kernel answers EALREADY, and the winner's controller
+	// is used.
+	f.Export("pvc-2", "192.0.2.10", 4420, 1<<30)
+	winner := f.Initiator()
 	raced := nvmeof.NewFake(f.Paths(), nvmeof.Kernel{
-		Connect: func(context.Context, string) (string, error) { return "", syscall.EALREADY },
+		Connect: func(ctx context.Context, opts string) (string, error) {
+			if _, _, err := winner.Connect(ctx, target("pvc-2"), nvmeof.Host{}, export.ConnectOptions{}); err != nil {
+				return "", err
+			}
+			return "", syscall.EALREADY
+		},
 	})
-	// A fresh Initiator that does not look first would hit EALREADY;
-	// Connect finds the live controller before and after.
-	name, reused, err := raced.Connect(context.Background(), target("pvc-1"), nvmeof.Host{}, export.ConnectOptions{})
-	if err != nil || !reused || name == "" {
-		t.Fatalf("Connect after EALREADY = %q %v %v", name, reused, err)
+	name, reused, err := raced.Connect(context.Background(), target("pvc-2"), nvmeof.Host{}, export.ConnectOptions{})
+	if err != nil || !reused || len(f.Controllers("pvc-2")) != 1 || name != f.Controllers("pvc-2")[0] {
+		t.Fatalf("Connect after EALREADY = %q %v %v (controllers %v)", name, reused, err, f.Controllers("pvc-2"))
 	}
 }
 
