@@ -109,9 +109,11 @@ bench-kernel: pillar-lab ## Run the real-kernel benchmarks (configfs, backends) 
 	$(BIN)/pillar-lab test -timeout 60m tests/kernel/backends -- -test.run '^$$' -test.bench . -test.benchtime 1x -test.timeout 40m
 
 .PHONY: demo
-demo: pillar-lab ## Export a ZFS zvol over NVMe/TCP in the kernel lab, connect, write and verify (needs root)
-	cd configfs && GOWORK=off go build -o $(BIN)/nvmet-export ./examples/nvmet-export
-	$(BIN)/pillar-lab run -- env PILLAR_BIN=$(BIN) sh $(CURDIR)/tests/demo/nvmeof-export.sh
+demo: pillar-lab ## Run the data path through pillar-agent and pillar-node in the kernel lab (needs root; DEMOFLAGS=-backend=lvm for LVM)
+	$(call build-binary,pillar-agent)
+	$(call build-binary,pillar-node)
+	cd tests && GOWORK=off go build -o $(BIN)/pillar-demo ./demo
+	$(BIN)/pillar-lab run -- $(BIN)/pillar-demo -bin $(BIN) $(DEMOFLAGS)
 
 .PHONY: check
 check: verify test test-kernel ## Everything CI runs: verify, test, test-kernel
