@@ -138,8 +138,16 @@ main.pillar-node       := csidriver ./cmd/pillar-node
 ALL_BINARIES := pillar-controller pillar-agent pillar-node
 BINARIES     := $(foreach b,$(ALL_BINARIES),$(if $(wildcard $(word 1,$(main.$b))/cmd/$b/*.go),$b))
 
+# The version the binaries report (GetAgentInfo, GetPluginInfo, metrics):
+# the commit, marked -dirty for a changed tree. A release build sets
+# VERSION to the module's tag (RELEASING.md).
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+ldflags.pillar-controller := -X github.com/pillar-csi/pillar-csi/csidriver/driver.Version=$(VERSION)
+ldflags.pillar-agent      := -X main.buildVersion=$(VERSION)
+ldflags.pillar-node       := -X github.com/pillar-csi/pillar-csi/csidriver/driver.Version=$(VERSION)
+
 define build-binary
-	cd $(word 1,$(main.$(1))) && GOWORK=off go build -trimpath -o $(BIN)/$(1) $(word 2,$(main.$(1)))
+	cd $(word 1,$(main.$(1))) && GOWORK=off go build -trimpath -ldflags '$(ldflags.$(1))' -o $(BIN)/$(1) $(word 2,$(main.$(1)))
 
 endef
 

@@ -41,9 +41,16 @@ func run() int {
 	return 0
 }
 
-// version is the module version the binary was built from ("(devel)" for a
-// build inside the repository).
+// buildVersion is set by the build: `make build` stamps the commit
+// (-ldflags "-X main.buildVersion=..."), a release build the module's tag.
+var buildVersion string
+
+// version is the stamped version, else the module version the binary was
+// built from (`go install ...@v1.2.3`), else "(devel)".
 func version() string {
+	if buildVersion != "" {
+		return buildVersion
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		return bi.Main.Version
 	}
