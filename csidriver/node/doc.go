@@ -45,6 +45,11 @@
 //     connect and its nvmeXnY name follows the subsystem instance, not the
 //     controller: the device is found by /sys/block/nvme*n*/uuid (or
 //     nguid), waiting at most NamespaceTimeout.
+//   - The connect options reach the controller as written, except
+//     ctrl_loss_tmo: the kernel keeps max_reconnects =
+//     ceil(ctrl_loss_tmo / reconnect_delay), so the controller gives up
+//     after up to one reconnect_delay more than asked (its sysfs
+//     ctrl_loss_tmo reads 18 for 17 s with a 3 s delay).
 //   - delete_controller of the controllers whose subsysnqn is the
 //     volume's disconnects only that volume; Disconnect then waits until
 //     the controllers are gone from /sys/class/nvme.

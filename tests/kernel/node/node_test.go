@@ -19,6 +19,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"golang.org/x/sys/unix"
 
+	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/csidriver/node"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
@@ -414,4 +415,59 @@ func TestCorruptedMount(t *testing.T) {
 	if got := controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
 		t.Fatalf("controllers left: %v", got)
 	}
+}
+
+// TestConnectOptions: the host identity and every connect option of the
+// volume context reach the kernel's controller.
+func TestConnectOptions(t *testing.T) {
+	vg := newVG(t, 256*mib)
+	h := newHost(t)
+	p := startPlugin(t, h, t.TempDir())
+	v := exportVolume(t, vg, 64*mib)
+	vctx := v.Context(0)
+	vctx[export.ContextCtrlLossTimeoutSeconds] = "17"
+	vctx[export.ContextReconnectDelaySeconds] = "3"
+	vctx[export.ContextKeepAliveTimeoutSeconds] = "7"
+	vctx[export.ContextNrIOQueues] = "1"
+	vctx[export.ContextQueueSize] = "32"
+	dir := t.TempDir()
+	s := &staged{v: v, cap: blockCap(), Staging: dir, dir: dir, published: map[string]bool{}, p: p}
+	if _, err := p.Node.NodeStageVolume(ctxT(t), &csi.NodeStageVolumeRequest{
+		VolumeId: v.ID, StagingTargetPath: dir, VolumeCapability: blockCap(), VolumeContext: vctx,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !s.unstaged {
+			s.unstage(t, p)
+		}
+	})
+	ctrls := controllers(t, v.Ident.SubsystemNQN)
+	if len(ctrls) != 1 {
+		t.Fatalf("controllers %v", ctrls)
+	}
+	attr := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("/sys/class/nvme", ctrls[0], name))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	for name, want := range map[string]string{
+		"hostnqn": h.NQN,
+		"hostid":  h.ID,
+		// The kernel keeps max_reconnects = ceil(17/3) = 6 and shows
+		// max_reconnects × reconnect_delay.
+		"ctrl_loss_tmo":   "18",
+		"reconnect_delay": "3",
+		"kato":            "7",
+		"queue_count":     "2",  // nr_io_queues + the admin queue
+		"sqsize":          "31", // queue_size - 1 (0's based)
+		"transport":       "tcp",
+	} {
+		if got := attr(name); got != want {
+			t.Errorf("%s/%s = %q, want %q", ctrls[0], name, got, want)
+		}
+	}
+	s.unstage(t, p)
 }
