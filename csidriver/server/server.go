@@ -107,7 +107,7 @@ func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
 		}
 		start := time.Now()
 		resp, err := h(ctx, req)
-		attrs = append(attrs, "duration", time.Since(start), "code", status.Code(err).String())
+		attrs = append(attrs, "duration_seconds", time.Since(start).Seconds(), "code", status.Code(err).String())
 		if err != nil {
 			log.Error("call failed", append(attrs, "error", err)...)
 		} else if strings.HasSuffix(info.FullMethod, "/Probe") {
