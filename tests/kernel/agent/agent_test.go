@@ -131,6 +131,13 @@ func TestLifecycle(t *testing.T) {
 			if got := readAt(t, dev, 3*mib, len(data)); !bytes.Equal(got, data) {
 				t.Fatal("the initiator read back other data than it wrote")
 			}
+			// Growing the volume while it is connected: the agent has
+			// nvmet revalidate the namespace, and the initiator learns the
+			// new size without reconnecting.
+			if _, err := a.c.ExpandVolume(ctxT(t), &agentv1.ExpandVolumeRequest{FencingToken: tk, VolumeId: id, Store: s.store, CapacityBytes: 96 * mib}); err != nil {
+				t.Fatal(err)
+			}
+			waitSize(t, dev, 96*mib)
 			ctrl.disconnect(t)
 
 			// The data is on the backend volume itself.

@@ -7,7 +7,8 @@
 //
 //   - create → export → the kernel's own NVMe/TCP initiator connects, the
 //     namespace is found by the UUID api/export derives → data written
-//     through the initiator is read back on the target → disconnect →
+//     through the initiator is read back on the target → the volume grows
+//     while connected and the initiator sees the new size → disconnect →
 //     unexport → delete, leaving no subsystem, port or volume behind;
 //   - every mutating call with a stale generation is refused with
 //     FAILED_PRECONDITION and a FencingRejection, and neither configfs

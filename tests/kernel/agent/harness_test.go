@@ -471,3 +471,25 @@ func randomBytes(n int) []byte {
 	rand.Read(b)
 	return b
 }
+
+// waitSize waits until the block device dev has size bytes, as the kernel
+// reports it in /sys/block/NAME/size (512-byte sectors).
+func waitSize(t testing.TB, dev string, size int64) {
+	t.Helper()
+	p := filepath.Join("/sys/block", filepath.Base(dev), "size")
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sectors, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if sectors*512 == size {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s has %d bytes, want %d", dev, sectors*512, size)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
