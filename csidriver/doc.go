@@ -15,8 +15,10 @@
 //     interceptor.
 //   - cmd/pillar-node: the binary.
 //   - internal/nvmeof (initiator through /dev/nvme-fabrics and sysfs),
-//     internal/stage (atomic stage records), internal/runner (the one
-//     place external commands run, with deadlines).
+//     internal/stage (atomic stage records). External commands run
+//     through the backends module's command runner (deadline, LC_ALL=C,
+//     process-group kill, exit code and stderr in the error), the same
+//     one pillar-agent uses for zfs and lvm.
 //
 // The Controller service (pillar-controller) will join as package
 // controller and cmd/pillar-controller, sharing driver, identity and
@@ -30,6 +32,6 @@
 // github.com/container-storage-interface/spec, google.golang.org/grpc,
 // sigs.k8s.io/controller-runtime and the Kubernetes client libraries,
 // k8s.io/mount-utils, github.com/google/renameio/v2,
-// github.com/hashicorp/go-multierror, and the pillar-csi modules api and
-// fencing. Never another module's internal packages.
+// github.com/hashicorp/go-multierror, and the pillar-csi modules api,
+// fencing and backends (its command runner). Never another module's internal packages.
 package csidriver

@@ -9,7 +9,8 @@ require (
 	github.com/onsi/ginkgo/v2 v2.32.1
 	github.com/onsi/gomega v1.42.1
 	github.com/pillar-csi/pillar-csi/api v0.0.0
-	golang.org/x/sys v0.48.0
+	github.com/pillar-csi/pillar-csi/backends v0.0.0
+	golang.org/x/sys v0.50.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 	k8s.io/mount-utils v0.37.2
@@ -37,3 +38,5 @@ require (
 )
 
 replace github.com/pillar-csi/pillar-csi/api => ../api
+
+replace github.com/pillar-csi/pillar-csi/backends => ../backends

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	mount "k8s.io/mount-utils"
 
-	"github.com/pillar-csi/pillar-csi/csidriver/internal/runner"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 )
 
 // signature is what blkid found on a device.
@@ -40,7 +40,7 @@ func (s signature) String() string {
 // an error, so a device is only ever formatted when it is known blank.
 func (s *Service) probe(ctx context.Context, dev string) (signature, error) {
 	out, err := s.run.Run(ctx, "blkid", "-p", "-o", "export", dev)
-	if code, ok := runner.ExitCode(err); ok && code == 2 {
+	if ce := (*command.Error)(nil); errors.As(err, &ce) && ce.ExitCode == 2 {
 		return signature{}, nil
 	}
 	if err != nil {

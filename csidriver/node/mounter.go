@@ -7,13 +7,18 @@ import (
 
 	mount "k8s.io/mount-utils"
 
-	"github.com/pillar-csi/pillar-csi/csidriver/internal/runner"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 )
 
 // DefaultMountTimeout bounds one mount(8) or umount(8). An unmount of a
 // filesystem whose device is gone can wait on I/O until the kernel fails
 // it (ctrl_loss_tmo); the CO retries after a timeout.
 const DefaultMountTimeout = 2 * time.Minute
+
+// DefaultCommandTimeout bounds every other command (mkfs, blkid, resize2fs,
+// xfs_growfs): mkfs.xfs discards the whole device first, which on a large
+// volume takes minutes.
+const DefaultCommandTimeout = 5 * time.Minute
 
 // timedMounter is mount-utils' mounter with Mount and Unmount run through
 // the command runner, so that they have a deadline and their process group
@@ -22,7 +27,7 @@ const DefaultMountTimeout = 2 * time.Minute
 // stay with mount-utils.
 type timedMounter struct {
 	mount.Interface
-	run     runner.Runner
+	run     command.Runner
 	timeout time.Duration
 }
 

@@ -19,8 +19,8 @@ import (
 	mount "k8s.io/mount-utils"
 
 	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof/nvmeoftest"
-	"github.com/pillar-csi/pillar-csi/csidriver/internal/runner"
 )
 
 const (
@@ -46,10 +46,10 @@ func (r *fakeRunner) Run(_ context.Context, name string, args ...string) ([]byte
 	case "blkid":
 		b, err := os.ReadFile(last)
 		if err != nil {
-			return nil, &runner.Error{Cmd: args, ExitCode: -1, Err: err}
+			return nil, &command.Error{Cmd: args, ExitCode: -1, Err: err}
 		}
 		if len(b) == 0 {
-			return nil, &runner.Error{Cmd: append([]string{name}, args...), ExitCode: 2, Err: errors.New("exit status 2")}
+			return nil, &command.Error{Cmd: append([]string{name}, args...), ExitCode: 2, Err: errors.New("exit status 2")}
 		}
 		if strings.HasPrefix(string(b), "PTTYPE=") {
 			return append(b, '\n'), nil
@@ -60,7 +60,7 @@ func (r *fakeRunner) Run(_ context.Context, name string, args ...string) ([]byte
 	case "resize2fs", "xfs_growfs", "mount", "umount":
 		return nil, nil
 	}
-	return nil, &runner.Error{Cmd: args, ExitCode: 127, Err: errors.New("not found")}
+	return nil, &command.Error{Cmd: args, ExitCode: 127, Err: errors.New("not found")}
 }
 
 func (r *fakeRunner) called(prefix string) []string {

@@ -16,8 +16,8 @@ import (
 	mount "k8s.io/mount-utils"
 
 	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof"
-	"github.com/pillar-csi/pillar-csi/csidriver/internal/runner"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/stage"
 )
 
@@ -60,7 +60,7 @@ type Config struct {
 	ResizeTimeout     time.Duration // wait for a rescanned namespace to show the new size
 
 	// runner and initiator are replaced by unit tests.
-	runner    runner.Runner
+	runner    command.Runner
 	initiator *nvmeof.Initiator
 	lookPath  func(string) (string, error)
 	// setReadOnly marks a block device read-only (BLKROSET).
@@ -75,7 +75,7 @@ type Service struct {
 	nodeID  string
 	store   *stage.Store
 	mounter mount.Interface
-	run     runner.Runner
+	run     command.Runner
 	nvme    *nvmeof.Initiator
 	log     *slog.Logger
 	locks   volumeLocks
@@ -99,7 +99,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.runner == nil {
-		cfg.runner = runner.Exec{}
+		cfg.runner = command.Exec{Timeout: DefaultCommandTimeout}
 	}
 	if cfg.Mounter == nil {
 		cfg.Mounter = timedMounter{Interface: mount.NewWithoutSystemd(""), run: cfg.runner, timeout: DefaultMountTimeout}

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof"
-	"github.com/pillar-csi/pillar-csi/csidriver/internal/runner"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/stage"
 )
 
@@ -149,7 +149,7 @@ func statusOf(what string, err error) error {
 	case errors.Is(err, nvmeof.ErrNamespaceNotFound):
 		code = codes.Unavailable
 	}
-	var re *runner.Error
+	var re *command.Error
 	if errors.As(err, &re) && errors.Is(re.Err, context.DeadlineExceeded) {
 		code = codes.DeadlineExceeded
 	}
