@@ -100,13 +100,21 @@ pillar-lab:
 test-kernel: pillar-lab ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
 	$(BIN)/pillar-lab test $(LABFLAGS)
 
-# The in-VM benchmarks: configfs Apply/Remove against a direct-syscall floor
-# and a shell script, and backend create+delete of 64 volumes against the
-# same commands in a shell loop. Each reports its ratios.
+# The in-VM benchmarks, each against its baseline in the same run: configfs
+# Apply/Remove against a direct-syscall floor and a shell script; backend
+# create+delete of 64 volumes against the same commands in a shell loop;
+# pillar-agent create+export against the raw backend and configfs calls (plus
+# 128 concurrent calls, reconcile of 256 exports after a wipe, and RSS);
+# pillar-node stage+publish against the raw connect, mkfs, mount and bind
+# (plus RSS). Each reports its ratios.
+BENCH_KERNEL = $(BIN)/pillar-lab test -timeout 60m $(1) -- -test.run '^$$' -test.bench . -test.benchtime $(2) -test.timeout 40m
+
 .PHONY: bench-kernel
-bench-kernel: pillar-lab ## Run the real-kernel benchmarks (configfs, backends) in the kernel lab (needs root)
-	$(BIN)/pillar-lab test -timeout 60m configfs -- -test.run '^$$' -test.bench . -test.benchtime 20x -test.timeout 40m
-	$(BIN)/pillar-lab test -timeout 60m tests/kernel/backends -- -test.run '^$$' -test.bench . -test.benchtime 1x -test.timeout 40m
+bench-kernel: pillar-lab ## Run the real-kernel benchmarks (configfs, backends, agent, node) in the kernel lab (needs root)
+	$(call BENCH_KERNEL,configfs,20x)
+	$(call BENCH_KERNEL,tests/kernel/backends,1x)
+	$(call BENCH_KERNEL,tests/kernel/agent,1x)
+	$(call BENCH_KERNEL,tests/kernel/node,10x)
 
 .PHONY: demo
 demo: pillar-lab ## Run the data path through pillar-agent and pillar-node in the kernel lab (needs root; DEMOFLAGS=-backend=lvm for LVM)
