@@ -110,25 +110,25 @@ func TestLifecycle(t *testing.T) {
 			a := startAgent(t, t.TempDir())
 			id := "pvc-life-" + s.name
 			ident, _ := export.For(id)
-			tk := tok(newUID(t), 1)
-			port := freeTCPPort(t)
+			tk := tok(fixture.RandomUUID(t), 1)
+			port := fixture.FreeTCPPort(t)
 			e := mustCreateExport(t, a.c, s, id, tk, port, true)
 			if e.GetNamespaceUuid() != ident.UUID || e.GetSubsystemNqn() != ident.SubsystemNQN {
 				t.Fatalf("export %v does not carry the derived identity %+v", e, ident)
 			}
 			// With the access list on, only an allowed host gets in.
-			if c, err := connect(t, port, ident.SubsystemNQN, hostA); err == nil {
-				c.disconnect(t)
+			if c, err := fixture.Connect(t, fixture.Connection{Port: port, NQN: ident.SubsystemNQN, HostNQN: hostA}); err == nil {
+				c.Disconnect(t)
 				t.Fatal("a host that is not allowed connected")
 			}
 			if _, err := a.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tk, VolumeId: id, HostNqn: hostA}); err != nil {
 				t.Fatal(err)
 			}
-			ctrl := mustConnect(t, port, ident.SubsystemNQN, hostA)
-			dev := namespaceByUUID(t, ident.UUID)
-			data := randomBytes(int(mib))
-			writeAt(t, dev, 3*mib, data)
-			if got := readAt(t, dev, 3*mib, len(data)); !bytes.Equal(got, data) {
+			ctrl := fixture.MustConnect(t, fixture.Connection{Port: port, NQN: ident.SubsystemNQN, HostNQN: hostA})
+			dev := fixture.NamespaceByUUID(t, ident.UUID)
+			data := fixture.RandomBytes(t, int(mib))
+			fixture.WriteAt(t, dev, 3*mib, data)
+			if got := fixture.ReadAt(t, dev, 3*mib, len(data)); !bytes.Equal(got, data) {
 				t.Fatal("the initiator read back other data than it wrote")
 			}
 			// Growing the volume while it is connected: the agent has
@@ -138,14 +138,14 @@ func TestLifecycle(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitSize(t, dev, 96*mib)
-			ctrl.disconnect(t)
+			ctrl.Disconnect(t)
 
 			// The data is on the backend volume itself.
 			bdev, err := s.backend.DevicePath(ctxT(t), id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := readAt(t, bdev, 3*mib, len(data)); !bytes.Equal(got, data) {
+			if got := fixture.ReadAt(t, bdev, 3*mib, len(data)); !bytes.Equal(got, data) {
 				t.Fatalf("the target's %s does not hold what the initiator wrote", bdev)
 			}
 			if _, err := a.c.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id}); err != nil {
@@ -184,8 +184,8 @@ func TestStaleGenerationChangesNothing(t *testing.T) {
 			requireEmptyNvmet(t)
 			a := startAgent(t, t.TempDir())
 			id := "pvc-stale-" + s.name
-			uid := newUID(t)
-			port := freeTCPPort(t)
+			uid := fixture.RandomUUID(t)
+			port := fixture.FreeTCPPort(t)
 			mustCreateExport(t, a.c, s, id, tok(uid, 5), port, true)
 			if _, err := a.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tok(uid, 5), VolumeId: id, HostNqn: hostA}); err != nil {
 				t.Fatal(err)
@@ -199,7 +199,7 @@ func TestStaleGenerationChangesNothing(t *testing.T) {
 			}
 			before := snapshot()
 			stale := tok(uid, 4)
-			tr := &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: tcp(freeTCPPort(t), false)}
+			tr := &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: tcp(fixture.FreeTCPPort(t), false)}
 			for name, call := range map[string]func() error{
 				"CreateVolume": func() error {
 					_, err := a.c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: stale, VolumeId: id, Store: s.store, CapacityBytes: 128 * mib})
@@ -272,8 +272,8 @@ func TestKillDuringExport(t *testing.T) {
 	for i := range attempts {
 		id := fmt.Sprintf("pvc-kill-%d", i)
 		ident, _ := export.For(id)
-		uid := newUID(t)
-		port := freeTCPPort(t)
+		uid := fixture.RandomUUID(t)
+		port := fixture.FreeTCPPort(t)
 		ch := startChild(t, gen)
 		if _, err := ch.c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: tok(uid, 1), VolumeId: id, Store: s.store, CapacityBytes: 16 * mib}); err != nil {
 			t.Fatal(err)
@@ -333,14 +333,14 @@ func TestKillDuringExport(t *testing.T) {
 			!e.Namespaces[0].Enabled || e.Namespaces[0].DeviceUUID != ident.UUID || !e.Attrs.AllowAnyHost {
 			t.Fatalf("the retried export did not converge: %+v (response %v)", e, r)
 		}
-		ctrl := mustConnect(t, port, ident.SubsystemNQN, hostA)
-		dev := namespaceByUUID(t, ident.UUID)
-		data := randomBytes(64 << 10)
-		writeAt(t, dev, 0, data)
-		if got := readAt(t, dev, 0, len(data)); !bytes.Equal(got, data) {
+		ctrl := fixture.MustConnect(t, fixture.Connection{Port: port, NQN: ident.SubsystemNQN, HostNQN: hostA})
+		dev := fixture.NamespaceByUUID(t, ident.UUID)
+		data := fixture.RandomBytes(t, 64<<10)
+		fixture.WriteAt(t, dev, 0, data)
+		if got := fixture.ReadAt(t, dev, 0, len(data)); !bytes.Equal(got, data) {
 			t.Fatal("read back other data through the converged export")
 		}
-		ctrl.disconnect(t)
+		ctrl.Disconnect(t)
 		if _, err := ch2.c.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: tok(uid, 2), VolumeId: id}); err != nil {
 			t.Fatal(err)
 		}
@@ -363,7 +363,7 @@ func TestWipeReconcile(t *testing.T) {
 	requireEmptyNvmet(t)
 	gen := t.TempDir()
 	a := startAgent(t, gen)
-	port := freeTCPPort(t)
+	port := fixture.FreeTCPPort(t)
 	type vol struct {
 		s     labStore
 		id    string
@@ -373,8 +373,8 @@ func TestWipeReconcile(t *testing.T) {
 		data  []byte
 	}
 	vols := []*vol{
-		{s: lv, id: "pvc-wipe-lvm", tk: tok(newUID(t), 3), acl: true, hosts: []string{hostA}},
-		{s: zv, id: "pvc-wipe-zfs", tk: tok(newUID(t), 7)},
+		{s: lv, id: "pvc-wipe-lvm", tk: tok(fixture.RandomUUID(t), 3), acl: true, hosts: []string{hostA}},
+		{s: zv, id: "pvc-wipe-zfs", tk: tok(fixture.RandomUUID(t), 7)},
 	}
 	for _, v := range vols {
 		mustCreateExport(t, a.c, v.s, v.id, v.tk, port, v.acl)
@@ -384,10 +384,10 @@ func TestWipeReconcile(t *testing.T) {
 			}
 		}
 		ident, _ := export.For(v.id)
-		ctrl := mustConnect(t, port, ident.SubsystemNQN, hostA)
-		v.data = randomBytes(256 << 10)
-		writeAt(t, namespaceByUUID(t, ident.UUID), 5*mib, v.data)
-		ctrl.disconnect(t)
+		ctrl := fixture.MustConnect(t, fixture.Connection{Port: port, NQN: ident.SubsystemNQN, HostNQN: hostA})
+		v.data = fixture.RandomBytes(t, 256<<10)
+		fixture.WriteAt(t, fixture.NamespaceByUUID(t, ident.UUID), 5*mib, v.data)
+		ctrl.Disconnect(t)
 	}
 	before := readNvmet(t)
 
@@ -437,11 +437,11 @@ func TestWipeReconcile(t *testing.T) {
 	}
 	for _, v := range vols {
 		ident, _ := export.For(v.id)
-		ctrl := mustConnect(t, port, ident.SubsystemNQN, hostA)
-		if got := readAt(t, namespaceByUUID(t, ident.UUID), 5*mib, len(v.data)); !bytes.Equal(got, v.data) {
+		ctrl := fixture.MustConnect(t, fixture.Connection{Port: port, NQN: ident.SubsystemNQN, HostNQN: hostA})
+		if got := fixture.ReadAt(t, fixture.NamespaceByUUID(t, ident.UUID), 5*mib, len(v.data)); !bytes.Equal(got, v.data) {
 			t.Errorf("%s: the reconnected initiator reads other data", v.id)
 		}
-		ctrl.disconnect(t)
+		ctrl.Disconnect(t)
 	}
 	if _, err := a2.c.Reconcile(ctxT(t), &agentv1.ReconcileRequest{Exports: desired}); err != nil {
 		t.Fatal(err)

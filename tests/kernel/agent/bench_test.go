@@ -15,6 +15,7 @@ import (
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/configfs"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 	"google.golang.org/grpc/codes"
 )
@@ -77,7 +78,7 @@ func BenchmarkCreateExportLatency(b *testing.B) {
 			requireEmptyNvmet(b)
 			a := startAgent(b, b.TempDir())
 			fs := configfs.NewFS("")
-			port := freeTCPPort(b)
+			port := fixture.FreeTCPPort(b)
 			addr := configfs.Address{TrType: "tcp", AdrFam: "ipv4", TrAddr: "127.0.0.1", TrSvcID: strconv.Itoa(port)}
 			ctx := context.Background()
 			var agent, raw []time.Duration
@@ -132,7 +133,7 @@ func BenchmarkConcurrentCreateExport(b *testing.B) {
 	s := newLVMOf(b, false, int64(n+16)*4*mib)
 	requireEmptyNvmet(b)
 	a := startAgent(b, b.TempDir())
-	port := freeTCPPort(b)
+	port := fixture.FreeTCPPort(b)
 	ctx := context.Background()
 	var wall time.Duration
 	var lat []time.Duration
@@ -187,7 +188,7 @@ func BenchmarkReconcileAfterWipe(b *testing.B) {
 	gen := b.TempDir()
 	ch := startChild(b, gen)
 	idle := ch.rssKiB(b)
-	port := freeTCPPort(b)
+	port := fixture.FreeTCPPort(b)
 	ctx := context.Background()
 	// Eight at a time: LVM serializes on its lock anyway.
 	sem := make(chan struct{}, 8)

@@ -5,7 +5,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -259,13 +258,6 @@ func tok(uid string, gen uint64) *agentv1.FencingToken {
 	return &agentv1.FencingToken{LifecycleUid: uid, PublicationGeneration: gen}
 }
 
-// newUID returns a fresh lifecycle UID, as Kubernetes would.
-func newUID(t testing.TB) string {
-	var b [16]byte
-	rand.Read(b[:])
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
 func zfsStore(pool string) *agentv1.Store {
 	return &agentv1.Store{Name: "zfs", Backend: &agentv1.Store_Zfs{Zfs: &agentv1.ZfsStore{Pool: pool, ParentDataset: "pillar", Sparse: true}}}
 }
@@ -276,18 +268,6 @@ func lvmStore(vg, thinPool string) *agentv1.Store {
 
 func tcp(port int, acl bool) *agentv1.NvmeofTcpExport {
 	return &agentv1.NvmeofTcpExport{BindAddress: "127.0.0.1", Port: uint32(port), AclEnabled: acl}
-}
-
-// freeTCPPort asks the kernel for an unused loopback port for an nvmet
-// listener, so that tests never share one by accident.
-func freeTCPPort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // readNvmet is configfs as the configfs module reads it.
@@ -348,128 +328,6 @@ func wipeNvmet(t testing.TB) {
 	for _, h := range glob("hosts/*") {
 		rm(h, syscall.Rmdir)
 	}
-}
-
-// controller is a connected NVMe/TCP controller on the initiator side.
-type controller struct{ name string }
-
-// connect has the kernel initiator connect to nqn on 127.0.0.1:port as
-// hostNQN, through /dev/nvme-fabrics.
-func connect(t testing.TB, port int, nqn, hostNQN string) (*controller, error) {
-	t.Helper()
-	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatalf("open /dev/nvme-fabrics (is nvme-tcp loaded?): %v", err)
-	}
-	defer f.Close()
-	opts := fmt.Sprintf("transport=tcp,traddr=127.0.0.1,trsvcid=%d,nqn=%s,hostnqn=%s", port, nqn, hostNQN)
-	if _, err := f.Write([]byte(opts)); err != nil {
-		return nil, fmt.Errorf("connect %s: %w", opts, err)
-	}
-	buf := make([]byte, 256)
-	n, err := f.Read(buf)
-	if err != nil {
-		t.Fatalf("read the connect result: %v", err)
-	}
-	var inst, cntlid int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(buf[:n])), "instance=%d,cntlid=%d", &inst, &cntlid); err != nil {
-		t.Fatalf("parse the connect result %q: %v", buf[:n], err)
-	}
-	c := &controller{name: "nvme" + strconv.Itoa(inst)}
-	t.Cleanup(func() { c.disconnect(t) })
-	return c, nil
-}
-
-func mustConnect(t testing.TB, port int, nqn, hostNQN string) *controller {
-	t.Helper()
-	c, err := connect(t, port, nqn, hostNQN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func (c *controller) disconnect(t testing.TB) {
-	if c.name == "" {
-		return
-	}
-	p := filepath.Join("/sys/class/nvme", c.name, "delete_controller")
-	if err := os.WriteFile(p, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("disconnect %s: %v", c.name, err)
-	}
-	c.name = ""
-}
-
-// nsHead matches the namespace head devices (nvmeXnY); the per-path nodes
-// (nvmeXcYnZ) carry the same uuid but have no /dev node.
-var nsHead = regexp.MustCompile(`^nvme[0-9]+n[0-9]+$`)
-
-// namespaceByUUID waits for the initiator's block device whose namespace
-// UUID is uuid. Device names follow instance order, so the UUID the agent
-// derived from the volume ID is the only reliable handle, as it is for
-// pillar-node.
-func namespaceByUUID(t testing.TB, uuid string) string {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		devs, _ := filepath.Glob("/sys/block/nvme*n*")
-		for _, d := range devs {
-			if !nsHead.MatchString(filepath.Base(d)) {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join(d, "uuid"))
-			if err == nil && strings.EqualFold(strings.TrimSpace(string(b)), uuid) {
-				return "/dev/" + filepath.Base(d)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no NVMe namespace with UUID %s appeared (have %v)", uuid, devs)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// writeAt writes data at off on dev and fsyncs it.
-func writeAt(t testing.TB, dev string, off int64, data []byte) {
-	t.Helper()
-	f, err := os.OpenFile(dev, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(data, off); err != nil {
-		t.Fatalf("write %s: %v", dev, err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatalf("fsync %s: %v", dev, err)
-	}
-}
-
-// readAt reads n bytes at off from dev, after dropping the device's page
-// cache: the target side may hold stale pages of a volume that nvmet
-// wrote underneath it.
-func readAt(t testing.TB, dev string, off int64, n int) []byte {
-	t.Helper()
-	f, err := os.Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const blkflsbuf = 0x1261
-	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), blkflsbuf, 0); errno != 0 {
-		t.Fatalf("BLKFLSBUF %s: %v", dev, errno)
-	}
-	b := make([]byte, n)
-	if _, err := f.ReadAt(b, off); err != nil {
-		t.Fatalf("read %s: %v", dev, err)
-	}
-	return b
-}
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	rand.Read(b)
-	return b
 }
 
 // waitSize waits until the block device dev has size bytes, as the kernel

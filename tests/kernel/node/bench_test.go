@@ -95,9 +95,9 @@ func startChild(b *testing.B, h host) *child {
 		}
 		logf.Close()
 	})
-	waitFor(b, "the child's socket", 60*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
+	fixture.WaitFor(b, "the child's socket", 60*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
 	c := &child{plugin: dial(b, sock), pid: cmd.Process.Pid}
-	waitFor(b, "the child to answer Probe", 60*time.Second, func() bool {
+	fixture.WaitFor(b, "the child to answer Probe", 60*time.Second, func() bool {
 		r, err := c.Identity.Probe(ctxT(b), &csi.ProbeRequest{})
 		return err == nil && r.GetReady().GetValue()
 	})
@@ -130,25 +130,8 @@ func memory(b *testing.B, pid int) (rss, hwm float64) {
 // /dev/nvme-fabrics, a poll of /sys/block for the namespace UUID, mkfs,
 // mount, bind mount. It returns the device and a teardown.
 func rawStagePublish(b *testing.B, v *volume, h host, staging, target string) func() {
-	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	opts := fmt.Sprintf("transport=tcp,traddr=127.0.0.1,trsvcid=%d,nqn=%s,hostnqn=%s,hostid=%s,ctrl_loss_tmo=%d,reconnect_delay=1",
-		v.Port, v.Ident.SubsystemNQN, h.NQN, h.ID, defaultCtrlLossTmo)
-	if _, err := f.Write([]byte(opts)); err != nil {
-		b.Fatalf("connect: %v", err)
-	}
-	buf := make([]byte, 128)
-	n, err := f.Read(buf)
-	f.Close()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var inst, cntlid int
-	if _, err := fmt.Sscanf(string(buf[:n]), "instance=%d,cntlid=%d", &inst, &cntlid); err != nil {
-		b.Fatal(err)
-	}
+	ctrl := fixture.MustConnect(b, fixture.Connection{Port: int(v.Port), NQN: v.Ident.SubsystemNQN, HostNQN: h.NQN, HostID: h.ID,
+		Options: []string{"ctrl_loss_tmo=" + strconv.Itoa(defaultCtrlLossTmo), "reconnect_delay=1"}})
 	var dev string
 	for dev == "" {
 		files, _ := filepath.Glob("/sys/block/nvme*n*/uuid")
@@ -187,9 +170,7 @@ func rawStagePublish(b *testing.B, v *volume, h host, staging, target string) fu
 				b.Errorf("unmount %s: %v", p, err)
 			}
 		}
-		if err := os.WriteFile(fmt.Sprintf("/sys/class/nvme/nvme%d/delete_controller", inst), []byte("1"), 0); err != nil {
-			b.Errorf("disconnect: %v", err)
-		}
+		ctrl.Disconnect(b)
 	}
 }
 

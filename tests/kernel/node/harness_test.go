@@ -5,11 +5,8 @@ package node
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,26 +36,12 @@ func ctxT(t testing.TB) context.Context {
 	return ctx
 }
 
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-func randomUUID(t testing.TB) string {
-	h := randomHex(t, 16)
-	return h[0:8] + "-" + h[8:12] + "-4" + h[13:16] + "-8" + h[17:20] + "-" + h[20:32]
-}
-
 // host is an initiator identity of the suite: each test connects as its
 // own host.
 type host struct{ NQN, ID string }
 
 func newHost(t testing.TB) host {
-	id := randomUUID(t)
+	id := fixture.RandomUUID(t)
 	return host{NQN: "nqn.2014-08.org.nvmexpress:uuid:" + id, ID: id}
 }
 
@@ -129,17 +112,6 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// freeTCPPort asks the kernel for an unused loopback port.
-func freeTCPPort(t testing.TB) uint16 {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return uint16(l.Addr().(*net.TCPAddr).Port)
-}
-
 // volume is an LV exported over NVMe/TCP on 127.0.0.1 the way pillar-agent
 // exports it.
 type volume struct {
@@ -159,7 +131,7 @@ var volumeSeq int
 func exportVolume(t testing.TB, vg *fixture.VG, size int64) *volume {
 	t.Helper()
 	volumeSeq++
-	v := &volume{ID: fmt.Sprintf("pvc-%d-%s", volumeSeq, randomHex(t, 4)), vg: vg, fs: configfs.NewFS(configfs.DefaultRoot), Port: freeTCPPort(t)}
+	v := &volume{ID: fmt.Sprintf("pvc-%d-%s", volumeSeq, fixture.RandomHex(t, 4)), vg: vg, fs: configfs.NewFS(configfs.DefaultRoot), Port: uint16(fixture.FreeTCPPort(t))}
 	v.LV = strings.ReplaceAll(v.ID, ".", "-")
 	v.Device = vg.CreateLinear(t, v.LV, size)
 	var err error
@@ -310,23 +282,6 @@ func (s *staged) unstage(t testing.TB, p *plugin) {
 	s.unstaged = true
 }
 
-// controllers lists the /sys/class/nvme controllers of nqn.
-func controllers(t testing.TB, nqn string) []string {
-	t.Helper()
-	files, err := filepath.Glob("/sys/class/nvme/*/subsysnqn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err == nil && strings.TrimSpace(string(b)) == nqn {
-			out = append(out, filepath.Base(filepath.Dir(f)))
-		}
-	}
-	return out
-}
-
 // mountSource returns what is mounted at path (the last mount there, which
 // is the visible one), from /proc/self/mountinfo: the source device, or
 // for a bind mount of a device node (whose source reads "devtmpfs") the
@@ -383,34 +338,5 @@ func checkDeviceIdentity(t testing.TB, dev string, v *volume) {
 	}
 	if got := strings.TrimSpace(string(b)); got != v.Ident.UUID {
 		t.Fatalf("%s has uuid %s, volume %s is %s", dev, got, v.ID, v.Ident.UUID)
-	}
-}
-
-func writeFile(t testing.TB, path string, data []byte) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }

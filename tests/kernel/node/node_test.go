@@ -74,7 +74,7 @@ func TestFilesystemLifecycle(t *testing.T) {
 				t.Fatalf("nothing mounted at %s", s.Staging)
 			}
 			checkDeviceIdentity(t, dev, v)
-			if got := controllers(t, v.Ident.SubsystemNQN); len(got) != 1 {
+			if got := fixture.Controllers(t, v.Ident.SubsystemNQN); len(got) != 1 {
 				t.Fatalf("controllers of %s: %v", v.ID, got)
 			}
 			// A repeated stage is a no-op success.
@@ -88,7 +88,7 @@ func TestFilesystemLifecycle(t *testing.T) {
 			s.publish(t, p, rw, false)
 			s.publish(t, p, ro, true)
 			data := payload(v.ID, 4*int(mib))
-			writeFile(t, filepath.Join(rw, "payload"), data)
+			fixture.WriteFile(t, filepath.Join(rw, "payload"), data)
 			if err := os.WriteFile(filepath.Join(ro, "nope"), []byte("x"), 0o600); !errors.Is(err, syscall.EROFS) {
 				t.Fatalf("write through the read-only publication: %v, want EROFS", err)
 			}
@@ -124,7 +124,7 @@ func TestFilesystemLifecycle(t *testing.T) {
 				}
 			}
 			s.unstage(t, p)
-			if got := controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
+			if got := fixture.Controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
 				t.Fatalf("controllers left after unstage: %v", got)
 			}
 			if _, ok := mountSource(t, s.Staging); ok {
@@ -224,7 +224,7 @@ func TestBlock(t *testing.T) {
 		}
 	}
 	s.unstage(t, p)
-	if got := controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
+	if got := fixture.Controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
 		t.Fatalf("controllers left: %v", got)
 	}
 	// Reader-only (ReadOnlyMany): the device itself refuses writes.
@@ -336,7 +336,7 @@ func TestUnstageFromRecordAfterRestart(t *testing.T) {
 		t.Fatalf("stage record: %v", err)
 	}
 	s.unstage(t, p2)
-	if got := controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
+	if got := fixture.Controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
 		t.Fatalf("controllers left: %v", got)
 	}
 	if _, ok := mountSource(t, s.Staging); ok {
@@ -358,12 +358,12 @@ func TestTargetGone(t *testing.T) {
 	s := stage(t, p, v, mountCap("ext4"), ctrlLossTmo)
 	target := s.Target("mnt")
 	s.publish(t, p, target, false)
-	writeFile(t, filepath.Join(target, "before"), []byte("data"))
+	fixture.WriteFile(t, filepath.Join(target, "before"), []byte("data"))
 	health(t, p, v.ID, target, "")
 
 	v.Unexport(t)
-	waitFor(t, "the controller to leave the live state", 30*time.Second, func() bool {
-		for _, c := range controllers(t, v.Ident.SubsystemNQN) {
+	fixture.WaitFor(t, "the controller to leave the live state", 30*time.Second, func() bool {
+		for _, c := range fixture.Controllers(t, v.Ident.SubsystemNQN) {
 			b, _ := os.ReadFile(filepath.Join("/sys/class/nvme", c, "state"))
 			if strings.TrimSpace(string(b)) == "live" {
 				return false
@@ -374,8 +374,8 @@ func TestTargetGone(t *testing.T) {
 	health(t, p, v.ID, target, node.ReasonTargetUnreachable)
 	// After ctrl_loss_tmo the kernel deletes the controller and the
 	// namespace's block device goes with it.
-	waitFor(t, "the kernel to give up on the controller", time.Duration(ctrlLossTmo+60)*time.Second, func() bool {
-		return len(controllers(t, v.Ident.SubsystemNQN)) == 0
+	fixture.WaitFor(t, "the kernel to give up on the controller", time.Duration(ctrlLossTmo+60)*time.Second, func() bool {
+		return len(fixture.Controllers(t, v.Ident.SubsystemNQN)) == 0
 	})
 	health(t, p, v.ID, target, node.ReasonDeviceGone)
 
@@ -412,7 +412,7 @@ func TestCorruptedMount(t *testing.T) {
 			t.Fatalf("%s still mounted", path)
 		}
 	}
-	if got := controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
+	if got := fixture.Controllers(t, v.Ident.SubsystemNQN); len(got) != 0 {
 		t.Fatalf("controllers left: %v", got)
 	}
 }
@@ -442,7 +442,7 @@ func TestConnectOptions(t *testing.T) {
 			s.unstage(t, p)
 		}
 	})
-	ctrls := controllers(t, v.Ident.SubsystemNQN)
+	ctrls := fixture.Controllers(t, v.Ident.SubsystemNQN)
 	if len(ctrls) != 1 {
 		t.Fatalf("controllers %v", ctrls)
 	}

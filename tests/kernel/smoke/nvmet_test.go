@@ -3,23 +3,21 @@
 package smoke
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
 
-// Plain configfs and sysfs writes, deliberately without a library: the
-// smoke suite is the reference the configfs module is checked against.
+// The target side is plain configfs writes, deliberately without the
+// configfs module: the smoke suite is the reference that module is checked
+// against. The initiator side is the lab fixture's (fixture.Connect,
+// fixture.NamespaceByUUID), which is itself plain writes to
+// /dev/nvme-fabrics and sysfs.
 
 const nvmetRoot = "/sys/kernel/config/nvmet"
 
@@ -29,41 +27,6 @@ func write(t testing.TB, path, value string) {
 	if err := os.WriteFile(path, []byte(value), 0); err != nil {
 		t.Fatalf("write %q to %s: %v", value, path, err)
 	}
-}
-
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
-
-// uuidString formats 16 random bytes as a version-4 UUID.
-func uuidString(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b)
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
-// freeTCPPort asks the kernel for an unused loopback port. Another process
-// could take it before nvmet binds it, but in the guest nothing else
-// listens; the point is never to collide with another test's export.
-func freeTCPPort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // export is one subsystem with one namespace, listening on one port.
@@ -83,10 +46,10 @@ type export struct {
 func exportDevice(t testing.TB, dev, name string) *export {
 	t.Helper()
 	e := &export{
-		NQN:   "nqn.2024-01.io.pillar-csi:smoke-" + name + "-" + randomHex(t, 4),
-		UUID:  uuidString(t),
-		NGUID: uuidString(t),
-		Port:  freeTCPPort(t),
+		NQN:   "nqn.2024-01.io.pillar-csi:smoke-" + name + "-" + fixture.RandomHex(t, 4),
+		UUID:  fixture.RandomUUID(t),
+		NGUID: fixture.RandomUUID(t),
+		Port:  fixture.FreeTCPPort(t),
 	}
 	e.subDir = filepath.Join(nvmetRoot, "subsystems", e.NQN)
 	if err := os.Mkdir(e.subDir, 0o755); err != nil {
@@ -156,80 +119,6 @@ func (e *export) unexport(t testing.TB) {
 	}
 }
 
-// controller is a connected NVMe over Fabrics controller.
-type controller struct {
-	Name string // nvmeN
-}
-
-// connect connects the kernel initiator to the export and returns the
-// controller; disconnect (also registered with t.Cleanup) removes it.
-func connect(t testing.TB, e *export) *controller {
-	t.Helper()
-	f, err := os.OpenFile("/dev/nvme-fabrics", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatalf("open /dev/nvme-fabrics (is nvme-tcp loaded?): %v", err)
-	}
-	defer f.Close()
-	opts := fmt.Sprintf("transport=tcp,traddr=127.0.0.1,trsvcid=%d,nqn=%s", e.Port, e.NQN)
-	if _, err := f.Write([]byte(opts)); err != nil {
-		t.Fatalf("connect %s: %v", opts, err)
-	}
-	buf := make([]byte, 256)
-	n, err := f.Read(buf)
-	if err != nil {
-		t.Fatalf("read connect result: %v", err)
-	}
-	var inst, cntlid int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(buf[:n])), "instance=%d,cntlid=%d", &inst, &cntlid); err != nil {
-		t.Fatalf("parse connect result %q: %v", buf[:n], err)
-	}
-	c := &controller{Name: "nvme" + strconv.Itoa(inst)}
-	t.Cleanup(func() { c.disconnect(t) })
-	return c
-}
-
-func (c *controller) disconnect(t testing.TB) {
-	t.Helper()
-	if c.Name == "" {
-		return
-	}
-	p := filepath.Join("/sys/class/nvme", c.Name, "delete_controller")
-	if err := os.WriteFile(p, []byte("1"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("disconnect %s: %v", c.Name, err)
-	}
-	c.Name = ""
-}
-
-// nsHead matches the block devices users open. With native multipath the
-// per-path devices (nvme0c0n1) are in /sys/block too, with the same uuid,
-// but they are hidden: they have no /dev node.
-var nsHead = regexp.MustCompile(`^nvme[0-9]+n[0-9]+$`)
-
-// namespaceByUUID waits for the block device whose namespace UUID is uuid
-// and returns its /dev path. The initiator scans namespaces
-// asynchronously after connecting, and device names follow subsystem
-// instance order, so the UUID is the only reliable handle.
-func namespaceByUUID(t testing.TB, uuid string) string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		devs, _ := filepath.Glob("/sys/block/nvme*n*")
-		for _, d := range devs {
-			if !nsHead.MatchString(filepath.Base(d)) {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join(d, "uuid"))
-			if err == nil && strings.EqualFold(strings.TrimSpace(string(b)), uuid) {
-				return "/dev/" + filepath.Base(d)
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no NVMe namespace with UUID %s appeared (have %v)", uuid, devs)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // waitGone waits until the block device disappears after a disconnect.
 func waitGone(t testing.TB, dev string) {
 	t.Helper()
@@ -242,19 +131,5 @@ func waitGone(t testing.TB, dev string) {
 			t.Fatalf("%s still present 30s after disconnect", dev)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// flushBuffers drops the page cache of a block device (BLKFLSBUF).
-func flushBuffers(t testing.TB, dev string) {
-	t.Helper()
-	f, err := os.Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const blkflsbuf = 0x1261
-	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), blkflsbuf, 0); errno != 0 {
-		t.Fatalf("BLKFLSBUF %s: %v", dev, errno)
 	}
 }

@@ -59,8 +59,8 @@ func TestSmoke(t *testing.T) {
 // the target side.
 func roundTrip(t *testing.T, name, dev, fs string) {
 	e := exportDevice(t, dev, name+"-"+fs)
-	c := connect(t, e)
-	ndev := namespaceByUUID(t, e.UUID)
+	c := fixture.MustConnect(t, fixture.Connection{Port: e.Port, NQN: e.NQN})
+	ndev := fixture.NamespaceByUUID(t, e.UUID)
 	nguid, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(ndev), "nguid"))
 	if err != nil {
 		t.Fatal(err)
@@ -78,13 +78,13 @@ func roundTrip(t *testing.T, name, dev, fs string) {
 	payload := make([]byte, payloadSize)
 	rand.NewChaCha8(sha256.Sum256([]byte(name + "/" + fs))).Read(payload)
 	want := sha256.Sum256(payload)
-	writeFile(t, filepath.Join(mnt, "payload"), payload)
+	fixture.WriteFile(t, filepath.Join(mnt, "payload"), payload)
 	unmount(t, mnt)
-	c.disconnect(t)
+	c.Disconnect(t)
 	waitGone(t, ndev)
 	e.unexport(t)
 
-	flushBuffers(t, dev)
+	fixture.FlushBuffers(t, dev)
 	mount(t, dev, mnt, fs, syscall.MS_RDONLY)
 	got, err := os.ReadFile(filepath.Join(mnt, "payload"))
 	if err != nil {
@@ -129,23 +129,6 @@ func unmount(t *testing.T, dir string) {
 	t.Helper()
 	if err := syscall.Unmount(dir, 0); err != nil {
 		t.Fatalf("unmount %s: %v", dir, err)
-	}
-}
-
-func writeFile(t *testing.T, path string, data []byte) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
 
