@@ -19,7 +19,7 @@ import (
 // Defaults of the options, as the flags show them.
 const (
 	// DefaultListenAddress serves gRPC on every address on the port of
-	// v1alpha1.DefaultAgentPort (9420), the port a PillarAgent names when
+	// export.DefaultAgentPort (9420), the port a PillarAgent names when
 	// it names none. The agent runs with hostNetwork, so this is the
 	// node's own port.
 	DefaultListenAddress = ":9420"

@@ -5,12 +5,28 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pillar-csi/pillar-csi/api/export"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+// The controller dials a PillarAgent on its spec.port, which defaults to
+// export.DefaultAgentPort; an agent started without flags must be there.
+func TestDefaultListenPortIsTheAgentPort(t *testing.T) {
+	_, port, err := net.SplitHostPort(DefaultListenAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strconv.Itoa(export.DefaultAgentPort); port != want {
+		t.Fatalf("DefaultListenAddress %q listens on port %s, PillarAgent's default port is %s", DefaultListenAddress, port, want)
+	}
+}
 
 func TestParseFlagsDefaults(t *testing.T) {
 	o, err := ParseFlags(nil, env(map[string]string{"NODE_NAME": "storage-1"}), nil)

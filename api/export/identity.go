@@ -16,6 +16,12 @@ const (
 	// the NVMe naming rules for the pillar-csi.io domain.
 	SubsystemNQNPrefix = "nqn.2026-01.io.pillar-csi:volume:"
 
+	// DefaultAgentPort is the TCP port pillar-agent serves gRPC on unless
+	// a PillarAgent says otherwise (api/v1alpha1.DefaultAgentPort, the
+	// CRD's default, is this constant). Here, without Kubernetes
+	// dependencies, so that the agent's flag default can name it too.
+	DefaultAgentPort = 9420
+
 	// NamespaceID is the NSID of the only namespace in a volume's subsystem.
 	NamespaceID uint32 = 1
 

@@ -1,13 +1,15 @@
 package v1alpha1
 
 import (
+	"github.com/pillar-csi/pillar-csi/api/export"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // DefaultAgentPort is the TCP port pillar-agent serves gRPC on unless a
 // PillarAgent says otherwise. The agent runs with hostNetwork, so the port
-// is taken on the storage node's own addresses.
-const DefaultAgentPort = 9420
+// is taken on the storage node's own addresses. The kubebuilder default
+// of spec.port repeats it (a test checks they agree).
+const DefaultAgentPort = export.DefaultAgentPort
 
 // PillarAgentSpec says where a pillar-agent runs and how the controller
 // reaches it.
