@@ -45,13 +45,20 @@ const (
 	callTimeout = 2 * time.Minute
 )
 
+// proc is a started binary and the pipe that carries its log to our
+// stdout.
+type proc struct {
+	cmd *exec.Cmd
+	log *io.PipeWriter
+}
+
 type demo struct {
 	bin     string // directory of pillar-agent and pillar-node
 	backend string // zfs or lvm
 	work    string // scratch directory, outside the guest's tmpfs /tmp
 
 	loop   string
-	procs  []*exec.Cmd
+	procs  []proc
 	agent  agentv1.AgentServiceClient
 	node   csi.NodeClient
 	store  *agentv1.Store
@@ -427,16 +434,18 @@ func (d *demo) showMetrics(ctx context.Context) error {
 // start runs one of the driver's binaries, its log on our stdout.
 func (d *demo) start(name string, args ...string) error {
 	cmd := exec.Command(filepath.Join(d.bin, name), args...)
-	cmd.Stdout = prefixed(name)
-	cmd.Stderr = cmd.Stdout
+	w := prefixed(name)
+	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	d.procs = append(d.procs, cmd)
+	d.procs = append(d.procs, proc{cmd: cmd, log: w})
 	return nil
 }
 
-func prefixed(name string) io.Writer {
+// prefixed copies what is written to it to stdout, line by line, each line
+// prefixed with name, until it is closed.
+func prefixed(name string) *io.PipeWriter {
 	r, w := io.Pipe()
 	go func() {
 		sc := bufio.NewScanner(r)
@@ -453,7 +462,7 @@ func prefixed(name string) io.Writer {
 func (d *demo) cleanup() {
 	step("cleanup")
 	for i := len(d.procs) - 1; i >= 0; i-- {
-		p := d.procs[i]
+		p := d.procs[i].cmd
 		_ = p.Process.Signal(syscall.SIGTERM)
 		done := make(chan error, 1)
 		go func() { done <- p.Wait() }()
@@ -464,6 +473,7 @@ func (d *demo) cleanup() {
 			_ = p.Process.Kill()
 			fmt.Printf("%s did not stop in 30 s; killed\n", filepath.Base(p.Path))
 		}
+		d.procs[i].log.Close()
 	}
 	for _, m := range []string{"pod-volume", "staging"} {
 		_, _ = command("umount", filepath.Join(d.work, m))
