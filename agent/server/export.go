@@ -363,11 +363,21 @@ func (s *Server) ListExports(ctx context.Context, _ *agentv1.ListExportsRequest)
 
 // revalidate asks nvmet to re-read the size of an exported volume's
 // namespace, so connected initiators get a namespace-changed event. A
-// volume that is not exported needs nothing.
+// volume that is not exported needs nothing, and neither does one whose
+// namespace is missing or disabled (an export a killed agent left
+// half-made): nvmet refuses revalidate_size on a disabled namespace with
+// EINVAL, and reads the device's size anyway when the namespace is
+// enabled, which the retried ExportVolume does.
 func (s *Server) revalidate(ctx context.Context, ident export.Identity) error {
-	_, ok, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN)
+	sub, ok, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN)
 	if err != nil || !ok {
 		return err
+	}
+	enabled := slices.ContainsFunc(sub.Namespaces, func(ns configfs.Namespace) bool {
+		return ns.NSID == ident.NamespaceID && ns.Enabled
+	})
+	if !enabled {
+		return nil
 	}
 	return s.nvmet.Revalidate(ctx, ident.SubsystemNQN, ident.NamespaceID)
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/pillar-csi/pillar-csi/backends"
@@ -24,6 +25,7 @@ type fakeNvmet struct {
 	mu          sync.Mutex
 	exports     map[string]configfs.Export
 	writes      int
+	reads       int // full reads (Read), not ReadSubsystem
 	revalidated []string
 	failApply   func(e configfs.Export) error
 	removeCalls []string
@@ -76,6 +78,11 @@ func (f *fakeNvmet) Remove(ctx context.Context, nqn string) error {
 func (f *fakeNvmet) Read(ctx context.Context) (*configfs.State, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
+	return f.read(), nil
+}
+
+func (f *fakeNvmet) read() *configfs.State {
 	st := &configfs.State{}
 	ports := map[configfs.Address]*configfs.Port{}
 	for _, nqn := range slices.Sorted(maps.Keys(f.exports)) {
@@ -95,18 +102,29 @@ func (f *fakeNvmet) Read(ctx context.Context) (*configfs.State, error) {
 		st.Ports = append(st.Ports, *p)
 	}
 	slices.SortFunc(st.Ports, func(a, b configfs.Port) int { return int(a.ID) - int(b.ID) })
-	return st, nil
+	return st
 }
 
 func (f *fakeNvmet) ReadSubsystem(ctx context.Context, nqn string) (configfs.Subsystem, bool, error) {
-	st, _ := f.Read(ctx)
-	sub, ok := st.Subsystem(nqn)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sub, ok := f.read().Subsystem(nqn)
 	return sub, ok, nil
 }
 
+// Revalidate follows nvmet and kernelNvmet: a namespace that does not
+// exist needs nothing, revalidate_size of one that is not enabled is
+// EINVAL.
 func (f *fakeNvmet) Revalidate(ctx context.Context, nqn string, nsid uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	i := slices.IndexFunc(f.exports[nqn].Namespaces, func(ns configfs.Namespace) bool { return ns.NSID == nsid })
+	if i < 0 {
+		return nil
+	}
+	if !f.exports[nqn].Namespaces[i].Enabled {
+		return &configfs.Error{Op: "write", Path: nqn + "/namespaces/" + strconv.FormatUint(uint64(nsid), 10) + "/revalidate_size", Err: syscall.EINVAL}
+	}
 	f.revalidated = append(f.revalidated, nqn+"/"+strconv.FormatUint(uint64(nsid), 10))
 	return nil
 }

@@ -314,6 +314,39 @@ func TestExportRollback(t *testing.T) {
 	}
 }
 
+// TestExpandHalfMadeExport: a killed agent can leave an export whose
+// namespace is not enabled yet; nvmet refuses revalidate_size there
+// (EINVAL), so ExpandVolume must grow the volume without it, and the
+// retried export enables the namespace at the new size.
+func TestExpandHalfMadeExport(t *testing.T) {
+	h := newHarness(t)
+	const id = "pvc-half"
+	h.mustCreateExport(id, tok(uid1, 1), false)
+	ident, _ := export.For(id)
+	h.nv.mu.Lock()
+	e := h.nv.exports[ident.SubsystemNQN]
+	e.Namespaces[0].Enabled = false
+	h.nv.exports[ident.SubsystemNQN] = e
+	h.nv.mu.Unlock()
+
+	r, err := h.c.ExpandVolume(ctxT(t), &agentv1.ExpandVolumeRequest{FencingToken: tok(uid1, 1), VolumeId: id, Store: lvmStore, CapacityBytes: 2 << 20})
+	if err != nil || r.GetVolume().GetCapacityBytes() != 2<<20 {
+		t.Fatalf("expand with a disabled namespace = %v, %v; want the volume grown", r, err)
+	}
+	if len(h.nv.revalidated) != 0 {
+		t.Errorf("revalidated a disabled namespace: %v", h.nv.revalidated)
+	}
+	if _, err := h.export(id, tok(uid1, 1), false); err != nil {
+		t.Fatalf("retried export: %v", err)
+	}
+	if _, err := h.c.ExpandVolume(ctxT(t), &agentv1.ExpandVolumeRequest{FencingToken: tok(uid1, 1), VolumeId: id, Store: lvmStore, CapacityBytes: 3 << 20}); err != nil {
+		t.Fatalf("expand once the namespace is enabled: %v", err)
+	}
+	if want := []string{ident.SubsystemNQN + "/1"}; !slices.Equal(h.nv.revalidated, want) {
+		t.Errorf("revalidated %v, want %v", h.nv.revalidated, want)
+	}
+}
+
 func TestStoreErrors(t *testing.T) {
 	h := newHarness(t)
 	h.be.missing = true
@@ -473,9 +506,13 @@ func TestReconcile(t *testing.T) {
 		{FencingToken: tok(uid1, 1), VolumeId: "pvc-missing", Store: lvmStore, Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: tcp(false)}},
 		{FencingToken: tok(uid1, 1), VolumeId: "Bad_ID", Store: lvmStore},
 	}
+	reads := h.nv.reads
 	r, err := h.c.Reconcile(ctxT(t), &agentv1.ReconcileRequest{Exports: want})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := h.nv.reads - reads; n != 1 {
+		t.Errorf("reconcile read the whole of configfs %d times, want once", n)
 	}
 	codesGot := []codes.Code{}
 	for i, res := range r.GetResults() {

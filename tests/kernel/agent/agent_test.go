@@ -4,6 +4,7 @@ package agent
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -165,6 +166,56 @@ func TestLifecycle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExpandWithDisabledNamespace: an export left half-made (its
+// namespace not enabled) must not make ExpandVolume fail, because nvmet
+// refuses revalidate_size on a disabled namespace; the retried export then
+// enables the namespace at the new size.
+func TestExpandWithDisabledNamespace(t *testing.T) {
+	guest.RequireGuest(t)
+	s := newLVM(t, false)
+	requireEmptyNvmet(t)
+	a := startAgent(t, t.TempDir())
+	const id = "pvc-expand-disabled"
+	ident, _ := export.For(id)
+	tk := tok(fixture.RandomUUID(t), 1)
+	port := fixture.FreeTCPPort(t)
+	mustCreateExport(t, a.c, s, id, tk, port, false)
+	ns := filepath.Join("/sys/kernel/config/nvmet/subsystems", ident.SubsystemNQN, "namespaces", "1")
+	if err := writeAttr(filepath.Join(ns, "enable"), "0"); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel rule this guards against.
+	if err := writeAttr(filepath.Join(ns, "revalidate_size"), "1"); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("revalidate_size of a disabled namespace: %v, want EINVAL", err)
+	}
+	if _, err := a.c.ExpandVolume(ctxT(t), &agentv1.ExpandVolumeRequest{FencingToken: tk, VolumeId: id, Store: s.store, CapacityBytes: 96 * mib}); err != nil {
+		t.Fatalf("ExpandVolume with the namespace disabled: %v", err)
+	}
+	if v, err := s.backend.Get(ctxT(t), id); err != nil || v.SizeBytes != 96*mib {
+		t.Fatalf("after ExpandVolume the volume is %+v, %v; want %d bytes", v, err, 96*mib)
+	}
+	if _, err := a.c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: s.store,
+		Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: tcp(port, false)}}); err != nil {
+		t.Fatalf("retried export: %v", err)
+	}
+	ctrl := fixture.MustConnect(t, fixture.Connection{Port: port, NQN: ident.SubsystemNQN, HostNQN: hostA})
+	waitSize(t, fixture.NamespaceByUUID(t, ident.UUID), 96*mib)
+	ctrl.Disconnect(t)
+}
+
+// writeAttr writes one configfs attribute as an operator's echo does.
+func writeAttr(path, v string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write([]byte(v))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // TestStaleGenerationChangesNothing: after generation 5 was accepted,
