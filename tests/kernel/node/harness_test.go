@@ -185,9 +185,9 @@ func (v *volume) Context(ctrlLossTmo int32) map[string]string {
 	return m
 }
 
-func mountCap(fs string) *csi.VolumeCapability {
+func mountCap(fs string, flags ...string) *csi.VolumeCapability {
 	return &csi.VolumeCapability{
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs, MountFlags: flags}},
 		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
 	}
 }

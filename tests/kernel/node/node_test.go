@@ -67,7 +67,9 @@ func TestFilesystemLifecycle(t *testing.T) {
 		t.Run(fs, func(t *testing.T) {
 			p := startPlugin(t, newHost(t), t.TempDir())
 			v := exportVolume(t, vg, xfsSize)
-			s := stage(t, p, v, mountCap(fs), 0)
+			// Mount flags such as a StorageClass's mountOptions.
+			c := mountCap(fs, "nosuid", "nodev", "noexec")
+			s := stage(t, p, v, c, 0)
 
 			dev, ok := mountSource(t, s.Staging)
 			if !ok {
@@ -94,6 +96,17 @@ func TestFilesystemLifecycle(t *testing.T) {
 			}
 			if got, err := os.ReadFile(filepath.Join(ro, "payload")); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("read through the read-only publication: %v", err)
+			}
+			// Both publications keep the staging mount's flags; the
+			// read-only one gets them back on its remount.
+			for tp, want := range map[string][]string{rw: {"rw", "nosuid", "nodev", "noexec"}, ro: {"ro", "nosuid", "nodev", "noexec"}} {
+				opts := mountOptions(t, tp)
+				for _, o := range want {
+					if !slices.Contains(opts, o) {
+						t.Errorf("publication %s mounted %v, want %v", tp, opts, want)
+						break
+					}
+				}
 			}
 
 			st, err := p.Node.NodeGetVolumeStats(ctxT(t), &csi.NodeGetVolumeStatsRequest{VolumeId: v.ID, VolumePath: rw})
@@ -133,7 +146,7 @@ func TestFilesystemLifecycle(t *testing.T) {
 			s.unstage(t, p) // idempotent
 
 			// Restage: the filesystem is reused, the data is there.
-			s = stage(t, p, v, mountCap(fs), 0)
+			s = stage(t, p, v, c, 0)
 			s.publish(t, p, rw, false)
 			if got, err := os.ReadFile(filepath.Join(rw, "payload")); err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("read back after restage: %v (equal %v)", err, bytes.Equal(got, data))
