@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -724,4 +725,13 @@ func TestReadHostIdentity(t *testing.T) {
 	if _, _, err := ReadHostIdentity(nqnFile, idFile); err == nil {
 		t.Fatal("bad hostid accepted")
 	}
+}
+
+// A command killed at its deadline carries the context's error, as
+// command.Exec reports it; the CO gets DeadlineExceeded.
+func TestStatusOfCommandDeadline(t *testing.T) {
+	err := &command.Error{Cmd: []string{"mkfs.xfs", "/dev/nvme1n1"}, ExitCode: -1,
+		Err: errors.Join(errors.New("signal: killed"), context.DeadlineExceeded)}
+	wantCode(t, statusOf("prepare filesystem", fmt.Errorf("wrapped: %w", err)), codes.DeadlineExceeded, "mkfs.xfs")
+	wantCode(t, statusOf("prepare filesystem", &command.Error{Cmd: []string{"mkfs.xfs"}, ExitCode: 1, Err: errors.New("exit status 1")}), codes.Internal, "mkfs.xfs")
 }

@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pillar-csi/pillar-csi/api/export"
-	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/stage"
 )
@@ -139,6 +138,8 @@ func statusOf(what string, err error) error {
 	code := codes.Internal
 	switch {
 	case errors.Is(err, context.DeadlineExceeded):
+		// A command killed at its deadline too: command.Error wraps the
+		// context's error.
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
@@ -148,10 +149,6 @@ func statusOf(what string, err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, nvmeof.ErrNamespaceNotFound):
 		code = codes.Unavailable
-	}
-	var re *command.Error
-	if errors.As(err, &re) && errors.Is(re.Err, context.DeadlineExceeded) {
-		code = codes.DeadlineExceeded
 	}
 	return status.Error(code, fmt.Sprintf("%s: %v", what, err))
 }
