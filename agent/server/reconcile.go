@@ -46,6 +46,10 @@ func (s *Server) Reconcile(ctx context.Context, req *agentv1.ReconcileRequest) (
 	if err != nil {
 		return nil, toStatus(ctx, op, "", err)
 	}
+	// One full read serves both the sweep and the export count: the
+	// sweep un-notes what it removes. A read costs a few configfs files
+	// per subsystem, which adds up at hundreds of exports.
+	s.noteExports(st)
 	for _, sub := range st.Subsystems {
 		id, owned := ownedVolumeID(sub.NQN)
 		if !owned || listed[id] {
@@ -56,9 +60,6 @@ func (s *Server) Reconcile(ctx context.Context, req *agentv1.ReconcileRequest) (
 		} else {
 			resp.RetainedSubsystemNqns = append(resp.RetainedSubsystemNqns, sub.NQN)
 		}
-	}
-	if st, err := s.nvmet.Read(ctx); err == nil {
-		s.noteExports(st)
 	}
 	var failed int
 	for _, r := range resp.Results {
