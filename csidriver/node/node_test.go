@@ -421,6 +421,24 @@ func TestFailedConnectLeavesAnUnstageableRecord(t *testing.T) {
 	}
 	_, err = e.svc.NodePublishVolume(context.Background(), e.publishReq(vol, mountCap("ext4"), false))
 	wantCode(t, err, codes.FailedPrecondition, "not staged")
+	// Health answers for the stage the CO just tried, and says why it
+	// failed; stats do not (the volume is not staged).
+	if err := os.MkdirAll(e.staging(vol), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.svc.NodeGetVolumeHealth(context.Background(), &csi.NodeGetVolumeHealthRequest{VolumeId: vol, StagingTargetPath: e.staging(vol)})
+	if err != nil {
+		t.Fatalf("health after a failed stage: %v", err)
+	}
+	var reasons []string
+	for _, entry := range h.GetVolumeHealth().GetHealthStatuses() {
+		reasons = append(reasons, entry.GetReason())
+	}
+	if !slices.Contains(reasons, ReasonTargetUnreachable) || !slices.Contains(reasons, ReasonNotMounted) {
+		t.Errorf("health after a failed stage: %v, want %s and %s", reasons, ReasonTargetUnreachable, ReasonNotMounted)
+	}
+	_, err = e.svc.NodeGetVolumeStats(context.Background(), &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: e.staging(vol)})
+	wantCode(t, err, codes.NotFound, "not staged")
 	if err := e.unstage(e.svc, vol); err != nil {
 		t.Fatal(err)
 	}

@@ -46,15 +46,11 @@ func (v *volumeStatus) problem(reason, format string, args ...any) {
 	})
 }
 
-// inspect examines a staged volume at path (its publish or staging path):
-// the namespace's block device, the subsystem's controllers, the mount and
-// statfs. It needs no lock: it only reads, and the CO polls it while other
-// operations may run.
-func (s *Service) inspect(volumeID, path string) (*volumeStatus, error) {
-	r, err := s.stagedRecord(volumeID, codes.NotFound)
-	if err != nil {
-		return nil, err
-	}
+// inspect examines the volume of stage record r at path (its publish or
+// staging path): the namespace's block device, the subsystem's
+// controllers, the mount and statfs. It needs no lock: it only reads, and
+// the CO polls it while other operations may run.
+func (s *Service) inspect(r stage.Record, path string) (*volumeStatus, error) {
 	if path == "" {
 		path = r.StagingPath
 	}
@@ -62,7 +58,7 @@ func (s *Service) inspect(volumeID, path string) (*volumeStatus, error) {
 		return nil, status.Errorf(codes.NotFound, "volume path %s does not exist", path)
 	}
 	v := &volumeStatus{record: r}
-	id, _ := export.For(volumeID)
+	id, _ := export.For(r.VolumeID)
 	dev, found, err := s.nvme.FindNamespace(id)
 	if err != nil {
 		return nil, statusOf("find namespace", err)
@@ -136,13 +132,14 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 	// An unknown volume is NotFound whatever the path, and a path that
 	// cannot be the volume's (relative, unclean) means the volume is not
 	// there: NotFound too, as the spec and csi-sanity have it.
-	if _, err := s.stagedRecord(req.GetVolumeId(), codes.NotFound); err != nil {
+	r, err := s.stagedRecord(req.GetVolumeId(), codes.NotFound)
+	if err != nil {
 		return nil, err
 	}
 	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not at %q: %v", req.GetVolumeId(), req.GetVolumePath(), status.Convert(err).Message())
 	}
-	v, err := s.inspect(req.GetVolumeId(), req.GetVolumePath())
+	v, err := s.inspect(r, req.GetVolumePath())
 	if err != nil {
 		return nil, err
 	}
@@ -154,13 +151,22 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 // target went away and the kernel is reconnecting), or its mount is gone
 // or answers with I/O errors. It looks at the publish path when given,
 // else the staging path.
+//
+// Unlike NodeGetVolumeStats it answers for a stage that failed or is still
+// in progress too (an incomplete record): the spec lets the CO ask about
+// a volume it recently tried to stage, so that a stage that failed
+// because the target is unreachable is reported as such, not as NotFound.
 func (s *Service) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolumeHealthRequest) (*csi.NodeGetVolumeHealthResponse, error) {
 	volumeID := req.GetVolumeId()
 	if err := validVolumeID(volumeID); err != nil {
 		return nil, err
 	}
-	if _, err := s.stagedRecord(volumeID, codes.NotFound); err != nil {
-		return nil, err
+	r, ok, err := s.store.Get(volumeID)
+	switch {
+	case err != nil:
+		return nil, statusOf("read stage record", err)
+	case !ok:
+		return nil, status.Errorf(codes.NotFound, "volume %s is not staged on this node", volumeID)
 	}
 	path := req.GetVolumePublishPath()
 	if path == "" {
@@ -171,7 +177,7 @@ func (s *Service) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolum
 			return nil, err
 		}
 	}
-	v, err := s.inspect(volumeID, path)
+	v, err := s.inspect(r, path)
 	if err != nil {
 		return nil, err
 	}
