@@ -198,7 +198,7 @@ func (s *Server) export(ctx context.Context, op string, a exportArgs) (*agentv1.
 	s.noteVolume(id, true)
 	log.Info("volume exported", "op", op, "nqn", ident.SubsystemNQN, "device", out.Namespaces[0].DevicePath,
 		"address", t.addr.String(), "acl", t.acl)
-	return exportProto(ident, out), nil
+	return exportProto(id, out), nil
 }
 
 func dedup(hosts []string) []string {
@@ -207,31 +207,11 @@ func dedup(hosts []string) []string {
 	return slices.Compact(out)
 }
 
-// exportProto describes an export the agent made.
-func exportProto(ident export.Identity, e configfs.Export) *agentv1.Export {
-	out := &agentv1.Export{
-		VolumeId:       ident.VolumeID,
-		SubsystemNqn:   e.NQN,
-		NamespaceId:    ident.NamespaceID,
-		NamespaceUuid:  ident.UUID,
-		NamespaceNguid: ident.NGUID,
-	}
-	if len(e.Ports) > 0 {
-		port, _ := strconv.ParseUint(e.Ports[0].TrSvcID, 10, 16)
-		out.Transport = &agentv1.Export_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{
-			BindAddress: e.Ports[0].TrAddr, Port: uint32(port), AclEnabled: !e.Attrs.AllowAnyHost}}
-	}
-	if !e.Attrs.AllowAnyHost {
-		out.AllowedHostNqns = slices.Clone(e.AllowedHosts)
-	}
-	return out
-}
-
-// exportFromState describes a pillar-owned export as configfs has it. The
-// namespace identifiers are what the kernel holds, so drift is visible.
-func exportFromState(st *configfs.State, id, nqn string) *agentv1.Export {
-	e, _ := st.Export(nqn)
-	out := &agentv1.Export{VolumeId: id, SubsystemNqn: nqn}
+// exportProto describes a pillar-owned export: the one the agent just
+// applied, or one as configfs has it (ListExports), where the namespace
+// identifiers are what the kernel holds, so drift is visible.
+func exportProto(id string, e configfs.Export) *agentv1.Export {
+	out := &agentv1.Export{VolumeId: id, SubsystemNqn: e.NQN}
 	for _, ns := range e.Namespaces {
 		if ns.NSID == export.NamespaceID {
 			out.NamespaceId, out.NamespaceUuid, out.NamespaceNguid = ns.NSID, ns.DeviceUUID, ns.DeviceNGUID
@@ -354,7 +334,8 @@ func (s *Server) ListExports(ctx context.Context, _ *agentv1.ListExportsRequest)
 	resp := &agentv1.ListExportsResponse{}
 	for _, sub := range st.Subsystems {
 		if id, ok := ownedVolumeID(sub.NQN); ok {
-			resp.Exports = append(resp.Exports, exportFromState(st, id, sub.NQN))
+			e, _ := st.Export(sub.NQN)
+			resp.Exports = append(resp.Exports, exportProto(id, e))
 		}
 	}
 	slices.SortFunc(resp.Exports, func(a, b *agentv1.Export) int { return strings.Compare(a.VolumeId, b.VolumeId) })
