@@ -15,8 +15,8 @@
 // tests/kernel/agent.
 //
 // Allowed dependencies: the Go standard library, golang.org/x/sys,
-// google.golang.org/grpc, github.com/google/renameio/v2,
-// github.com/hashicorp/go-multierror, and the pillar-csi modules api,
-// fencing, configfs and backends. No Kubernetes client: the agent learns
+// google.golang.org/grpc, github.com/prometheus/client_golang (metrics),
+// github.com/google/renameio/v2, github.com/hashicorp/go-multierror, and
+// the pillar-csi modules api, fencing, configfs and backends. No Kubernetes client: the agent learns
 // everything it needs from the controller's requests.
 package agent

@@ -215,7 +215,9 @@ func (s *Server) Stats() Stats {
 }
 
 // Close releases the fencing directory's lock, after waiting for calls
-// that are changing a volume. Calls made after Close fail with UNAVAILABLE.
+// that are changing a volume. Calls that would change a volume fail with
+// UNAVAILABLE after Close (the calls that only read do not use the fencing
+// store).
 func (s *Server) Close() error {
 	return s.marks.Close()
 }
