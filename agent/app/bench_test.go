@@ -75,7 +75,7 @@ func startBench(b *testing.B, o Options) *agent {
 	bound := make(chan struct{})
 	o.listening = func(g, _ net.Addr) { a.grpcAddr = g.String(); close(bound) }
 	ctx, cancel := context.WithCancel(context.Background())
-	go func() { a.done <- Run(ctx, o, func(Options, *slog.Logger) (Service, error) { return a.svc, nil }) }()
+	go func() { a.done <- run(ctx, o, func(Options, *slog.Logger) (service, error) { return a.svc, nil }) }()
 	select {
 	case <-bound:
 	case err := <-a.done:

@@ -24,9 +24,9 @@ import (
 	"github.com/pillar-csi/pillar-csi/agent/tlsconfig"
 )
 
-// Service is what Run hosts: the agent's gRPC service (*server.Server in
-// pillar-agent).
-type Service interface {
+// service is what Run hosts: the agent's gRPC service (*server.Server in
+// pillar-agent; a fake in the tests).
+type service interface {
 	// Register registers the service's gRPC services on g.
 	Register(g grpc.ServiceRegistrar)
 	// Ready reports nil when the service can serve.
@@ -38,13 +38,13 @@ type Service interface {
 	Close() error
 }
 
-// NewServiceFunc builds the service Run hosts, after Run has checked the
+// newServiceFunc builds the service run hosts, after run has checked the
 // options, loaded the TLS material and bound its listeners, so a bad flag
 // or a busy port never takes the fencing store's lock.
-type NewServiceFunc func(opts Options, logger *slog.Logger) (Service, error)
+type newServiceFunc func(opts Options, logger *slog.Logger) (service, error)
 
-// NewServer builds pillar-agent's AgentService from the options.
-func NewServer(opts Options, logger *slog.Logger) (Service, error) {
+// newServer builds pillar-agent's AgentService from the options.
+func newServer(opts Options, logger *slog.Logger) (service, error) {
 	s, err := server.New(server.Config{
 		NodeName:       opts.NodeName,
 		Version:        opts.Version,
@@ -93,12 +93,15 @@ const (
 // probes stop sending new work), in-flight calls get the grace period to
 // finish (grpc GracefulStop) and are cut after it (Stop), the HTTP server
 // stops, and the service is closed, releasing the fencing store.
-func Run(ctx context.Context, opts Options, newService NewServiceFunc) (err error) {
+func Run(ctx context.Context, opts Options) error {
+	return run(ctx, opts, newServer)
+}
+
+// run is Run with the service's constructor given, so tests can host a
+// fake.
+func run(ctx context.Context, opts Options, newService newServiceFunc) (err error) {
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("pillar-agent: %w", err)
-	}
-	if newService == nil {
-		return errors.New("pillar-agent: no service to run")
 	}
 	logger := newLogger(opts)
 
@@ -283,7 +286,7 @@ func addrString(ln net.Listener) string {
 // readiness asks the service whether it is ready and publishes the answer
 // to the gRPC health service, /readyz and pillar_agent_ready.
 type readiness struct {
-	svc     Service
+	svc     service
 	health  *health.Server
 	metrics *metrics.Metrics
 	logger  *slog.Logger

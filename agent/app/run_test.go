@@ -129,7 +129,7 @@ func start(t *testing.T, o Options, svc *fakeService) *agent {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
-	go func() { a.done <- Run(ctx, o, func(Options, *slog.Logger) (Service, error) { return svc, nil }) }()
+	go func() { a.done <- run(ctx, o, func(Options, *slog.Logger) (service, error) { return svc, nil }) }()
 	select {
 	case <-bound:
 	case err := <-a.done:
@@ -387,7 +387,7 @@ func TestBadTLSMaterialStopsStartup(t *testing.T) {
 			o := s.options()
 			tc.setup(&o)
 			built := false
-			err := Run(context.Background(), o, func(Options, *slog.Logger) (Service, error) {
+			err := run(context.Background(), o, func(Options, *slog.Logger) (service, error) {
 				built = true
 				return newFake(), nil
 			})
@@ -607,18 +607,18 @@ func TestStartupFailures(t *testing.T) {
 	defer busy.Close()
 
 	built := 0
-	newSvc := func(Options, *slog.Logger) (Service, error) { built++; return newFake(), nil }
+	newSvc := func(Options, *slog.Logger) (service, error) { built++; return newFake(), nil }
 
 	o := testOptions()
 	o.LogOutput = io.Discard
 	o.ListenAddress = busy.Addr().String()
-	if err := Run(context.Background(), o, newSvc); err == nil || !strings.Contains(err.Error(), "address already in use") {
+	if err := run(context.Background(), o, newSvc); err == nil || !strings.Contains(err.Error(), "address already in use") {
 		t.Fatalf("Run on a busy gRPC port = %v", err)
 	}
 	o = testOptions()
 	o.LogOutput = io.Discard
 	o.MetricsAddress = busy.Addr().String()
-	if err := Run(context.Background(), o, newSvc); err == nil || !strings.Contains(err.Error(), "metrics") {
+	if err := run(context.Background(), o, newSvc); err == nil || !strings.Contains(err.Error(), "metrics") {
 		t.Fatalf("Run on a busy metrics port = %v", err)
 	}
 	if built != 0 {
@@ -628,14 +628,14 @@ func TestStartupFailures(t *testing.T) {
 	o = testOptions()
 	o.LogOutput = io.Discard
 	want := errors.New("fencing marks in /x: locked by another agent")
-	err = Run(context.Background(), o, func(Options, *slog.Logger) (Service, error) { return nil, want })
+	err = run(context.Background(), o, func(Options, *slog.Logger) (service, error) { return nil, want })
 	if !errors.Is(err, want) {
 		t.Fatalf("Run with a failing service = %v, want it wrapped", err)
 	}
 
 	o = testOptions()
 	o.NodeName = ""
-	if err := Run(context.Background(), o, newSvc); err == nil || !strings.Contains(err.Error(), "-node-name") {
+	if err := run(context.Background(), o, newSvc); err == nil || !strings.Contains(err.Error(), "-node-name") {
 		t.Fatalf("Run without a node name = %v", err)
 	}
 }

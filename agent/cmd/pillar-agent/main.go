@@ -34,7 +34,7 @@ func run() int {
 		<-ctx.Done()
 		stop()
 	}()
-	if err := app.Run(ctx, opts, app.NewServer); err != nil {
+	if err := app.Run(ctx, opts); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
