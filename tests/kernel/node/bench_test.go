@@ -132,23 +132,28 @@ func memory(b *testing.B, pid int) (rss, hwm float64) {
 func rawStagePublish(b *testing.B, v *volume, h host, staging, target string) func() {
 	ctrl := fixture.MustConnect(b, fixture.Connection{Port: int(v.Port), NQN: v.Ident.SubsystemNQN, HostNQN: h.NQN, HostID: h.ID,
 		Options: []string{"ctrl_loss_tmo=" + strconv.Itoa(defaultCtrlLossTmo), "reconnect_delay=1"}})
+	// A tighter poll than fixture.NamespaceByUUID's, so that the floor is
+	// not raised by the poll interval; bounded the same way.
+	deadline := time.Now().Add(fixture.NamespaceTimeout)
 	var dev string
-	for dev == "" {
-		files, _ := filepath.Glob("/sys/block/nvme*n*/uuid")
-		for _, u := range files {
-			if c, err := os.ReadFile(u); err == nil && strings.TrimSpace(string(c)) == v.Ident.UUID {
-				if name := filepath.Base(filepath.Dir(u)); !strings.Contains(name, "c") {
-					dev = "/dev/" + name
+	for {
+		if dev == "" {
+			files, _ := filepath.Glob("/sys/block/nvme*n*/uuid")
+			for _, u := range files {
+				if c, err := os.ReadFile(u); err == nil && strings.TrimSpace(string(c)) == v.Ident.UUID {
+					if name := filepath.Base(filepath.Dir(u)); !strings.Contains(name, "c") {
+						dev = "/dev/" + name
+					}
 				}
 			}
 		}
-		if dev == "" {
-			time.Sleep(5 * time.Millisecond)
+		if dev != "" {
+			if _, err := os.Stat(dev); err == nil {
+				break
+			}
 		}
-	}
-	for {
-		if _, err := os.Stat(dev); err == nil {
-			break
+		if time.Now().After(deadline) {
+			b.Fatalf("no device node of namespace %s after %v (found %q)", v.Ident.UUID, fixture.NamespaceTimeout, dev)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
