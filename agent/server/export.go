@@ -106,7 +106,7 @@ func (s *Server) apply(ctx context.Context, log *slog.Logger, e configfs.Export,
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
 		if rerr := s.nvmet.Remove(rctx, e.NQN); rerr != nil {
-			log.Error("rollback of a failed export failed; a retry converges it", "nqn", e.NQN, "err", rerr)
+			log.Error("rollback of a failed export failed; a retry converges it", "nqn", e.NQN, "error", rerr)
 			s.noteExport(e.NQN, true)
 		} else {
 			log.Info("rolled back a failed export", "nqn", e.NQN)
@@ -172,7 +172,7 @@ func (s *Server) export(ctx context.Context, op string, a exportArgs) (*agentv1.
 		// may come back as another /dev/zdN.
 		dev, err := b.DevicePath(ctx, id)
 		if err != nil {
-			log.Error("device lookup failed", "op", op, "err", err)
+			log.Error("device lookup failed", "op", op, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		cur, existed, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN)
@@ -187,7 +187,7 @@ func (s *Server) export(ctx context.Context, op string, a exportArgs) (*agentv1.
 		// and DenyHost own it); nvmet drops it when the export opens up.
 		out = desiredExport(ident, dev, t, hosts)
 		if err := s.apply(ctx, log, out, existed); err != nil {
-			log.Error("export failed", "op", op, "nqn", ident.SubsystemNQN, "device", dev, "err", err)
+			log.Error("export failed", "op", op, "nqn", ident.SubsystemNQN, "device", dev, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		return nil
@@ -247,7 +247,7 @@ func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolume
 	log := s.log.With("volume_id", id)
 	err := s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), func(ctx context.Context) error {
 		if err := s.nvmet.Remove(ctx, ident.SubsystemNQN); err != nil {
-			log.Error("unexport failed", "nqn", ident.SubsystemNQN, "err", err)
+			log.Error("unexport failed", "nqn", ident.SubsystemNQN, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		s.noteExport(ident.SubsystemNQN, false)
@@ -316,7 +316,7 @@ func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *
 			e.AllowedHosts = slices.DeleteFunc(e.AllowedHosts, func(h string) bool { return h == host })
 		}
 		if err := s.nvmet.Apply(ctx, e); err != nil {
-			log.Error("access list change failed", "op", op, "host_nqn", host, "err", err)
+			log.Error("access list change failed", "op", op, "host_nqn", host, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		log.Info("access list changed", "op", op, "host_nqn", host)

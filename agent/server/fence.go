@@ -51,7 +51,7 @@ func tokenOf(pt *agentv1.FencingToken) fencing.Token {
 // failed preconditions.
 func (s *Server) fenceError(ctx context.Context, op, id string, pt *agentv1.FencingToken, err error) error {
 	if !fencing.IsRejected(err) {
-		s.log.Error("fencing store failed", "op", op, "volume_id", id, "err", err)
+		s.log.Error("fencing store failed", "op", op, "volume_id", id, "error", err)
 		return toStatus(ctx, op, id, err)
 	}
 	reason := fencing.RejectionReason(err)
@@ -67,7 +67,7 @@ func (s *Server) fenceError(ctx context.Context, op, id string, pt *agentv1.Fenc
 		}
 	}
 	s.log.Warn("refused by fencing", "op", op, "volume_id", id, "reason", reason.String(),
-		"token", tokenOf(pt).String(), slog.Any("mark", rej.GetMark()), "err", err)
+		"token", tokenOf(pt).String(), slog.Any("mark", rej.GetMark()), "error", err)
 	st, _ := status.FromError(grpcstatus.Error(err))
 	if withRej, derr := st.WithDetails(rej); derr == nil {
 		st = withRej

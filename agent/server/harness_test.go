@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"context"
-	"io"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,17 +31,46 @@ type harness struct {
 	built  int // backends the factory built
 	gen    string
 	devDir string
+	logs   *logBuffer // the server's JSON log records
+}
+
+// logBuffer collects log output; safe for the server's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// records decodes every log record written so far.
+func (l *logBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for line := range bytes.Lines(l.b.Bytes()) {
+		var r map[string]any
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	h := &harness{t: t, nv: newFakeNvmet(), devDir: t.TempDir()}
+	h := &harness{t: t, nv: newFakeNvmet(), devDir: t.TempDir(), logs: &logBuffer{}}
 	h.be = newFakeBackend(h.devDir)
 	h.gen = filepath.Join(t.TempDir(), "generations")
 	srv, err := newServer(Config{
 		GenerationsDir: h.gen,
 		ConfigfsRoot:   t.TempDir(),
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:         slog.New(slog.NewJSONHandler(h.logs, nil)),
 	}, h.nv, func(storeSpec) (backends.Backend, error) { h.built++; return h.be, nil })
 	if err != nil {
 		t.Fatal(err)

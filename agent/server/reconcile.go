@@ -107,7 +107,7 @@ func (s *Server) reconcileUnlisted(ctx context.Context, id string, sub configfs.
 	defer unlock()
 	m, err := s.marks.Get(ctx, id)
 	if err != nil {
-		log.Warn("unlisted export retained: mark unreadable", "err", err)
+		log.Warn("unlisted export retained: mark unreadable", "error", err)
 		return false
 	}
 	ended := m != nil && m.Phase == fencing.PhaseEnded
@@ -117,7 +117,7 @@ func (s *Server) reconcileUnlisted(ctx context.Context, id string, sub configfs.
 		return false
 	}
 	if err := s.nvmet.Remove(ctx, sub.NQN); err != nil {
-		log.Error("removing a dead unlisted export failed", "err", err)
+		log.Error("removing a dead unlisted export failed", "error", err)
 		return false
 	}
 	s.noteExport(sub.NQN, false)

@@ -166,7 +166,7 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 	if st, err := nv.Read(ctx); err == nil {
 		s.noteExports(st)
 	} else {
-		log.Warn("cannot read nvmet configfs at start-up", "root", cfg.ConfigfsRoot, "err", err)
+		log.Warn("cannot read nvmet configfs at start-up", "root", cfg.ConfigfsRoot, "error", err)
 	}
 	return s, nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -344,6 +345,39 @@ func TestExpandHalfMadeExport(t *testing.T) {
 	}
 	if want := []string{ident.SubsystemNQN + "/1"}; !slices.Equal(h.nv.revalidated, want) {
 		t.Errorf("revalidated %v, want %v", h.nv.revalidated, want)
+	}
+}
+
+// TestFailureLogs: a failed change is logged at error level with the
+// volume's ID and the cause under "error", the key the rest of
+// pillar-agent's logs (the RPC records of package app) use.
+func TestFailureLogs(t *testing.T) {
+	h := newHarness(t)
+	const id = "pvc-logs"
+	h.be.failNext = errors.New("lvcreate: boom")
+	if _, err := h.create(id, tok(uid1, 1), 1<<20); err == nil {
+		t.Fatal("create with a failing backend succeeded")
+	}
+	h.mustCreateExport("pvc-other", tok(uid1, 1), false)
+	if _, err := h.create(id, tok(uid1, 1), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	h.nv.failApply = func(configfs.Export) error { return &configfs.Error{Op: "write", Path: "x", Err: errors.New("boom")} }
+	if _, err := h.export(id, tok(uid1, 1), false); err == nil {
+		t.Fatal("export with a failing configfs succeeded")
+	}
+	var failures []string
+	for _, r := range h.logs.records(t) {
+		if r["level"] != "ERROR" {
+			continue
+		}
+		failures = append(failures, fmt.Sprint(r["msg"]))
+		if r["volume_id"] != id || r["error"] == nil || r["err"] != nil {
+			t.Errorf("error record without volume_id %q or with the cause not under \"error\": %v", id, r)
+		}
+	}
+	if len(failures) < 2 {
+		t.Errorf("error records %q; want the failed create and the failed export", failures)
 	}
 }
 

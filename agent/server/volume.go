@@ -20,7 +20,7 @@ func (s *Server) GetCapacity(ctx context.Context, req *agentv1.GetCapacityReques
 	}
 	c, err := b.Capacity(ctx)
 	if err != nil {
-		s.log.Warn("capacity failed", "store", spec.String(), "err", err)
+		s.log.Warn("capacity failed", "store", spec.String(), "error", err)
 		return nil, toStatus(ctx, "GetCapacity "+spec.String(), "", err)
 	}
 	return &agentv1.GetCapacityResponse{TotalBytes: c.TotalBytes, AvailableBytes: c.AvailableBytes}, nil
@@ -53,7 +53,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequ
 			}
 		}
 		if err != nil {
-			log.Error("create failed", "bytes", req.GetCapacityBytes(), "err", err)
+			log.Error("create failed", "bytes", req.GetCapacityBytes(), "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		vol = v
@@ -88,12 +88,12 @@ func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequ
 		// The export first: nvmet holds the device open, and ZFS and LVM
 		// refuse to destroy an open volume.
 		if err := s.nvmet.Remove(ctx, ident.SubsystemNQN); err != nil {
-			log.Error("unexport before delete failed", "nqn", ident.SubsystemNQN, "err", err)
+			log.Error("unexport before delete failed", "nqn", ident.SubsystemNQN, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		s.noteExport(ident.SubsystemNQN, false)
 		if err := b.Delete(ctx, id); err != nil {
-			log.Error("delete failed", "err", err)
+			log.Error("delete failed", "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		return nil
@@ -126,14 +126,14 @@ func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequ
 		if v.SizeBytes < req.GetCapacityBytes() {
 			// Never shrink: only a larger size reaches the backend.
 			if v, err = b.Expand(ctx, id, req.GetCapacityBytes()); err != nil {
-				log.Error("expand failed", "bytes", req.GetCapacityBytes(), "err", err)
+				log.Error("expand failed", "bytes", req.GetCapacityBytes(), "error", err)
 				return toStatus(ctx, op, id, err)
 			}
 			log.Info("volume expanded", "bytes", v.SizeBytes)
 		}
 		vol = v
 		if err := s.revalidate(ctx, ident); err != nil {
-			log.Error("namespace size revalidation failed", "nqn", ident.SubsystemNQN, "err", err)
+			log.Error("namespace size revalidation failed", "nqn", ident.SubsystemNQN, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		return nil
