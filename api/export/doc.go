@@ -33,5 +33,6 @@
 // FormatNodeID, ParseNodeID).
 //
 // Every function is pure and needs no I/O; invalid input gets an *Error that
-// wraps ErrInvalidVolumeID or ErrInvalidNQN.
+// wraps ErrInvalidVolumeID, ErrInvalidNQN, ErrInvalidVolumeContext or
+// ErrInvalidNodeID.
 package export

@@ -74,7 +74,7 @@ var ErrInvalidNQN = errors.New("invalid NQN")
 type Error struct {
 	Op    string // the function, such as "export.For"
 	Value string // the rejected input
-	Err   error  // ErrInvalidVolumeID or ErrInvalidNQN, possibly wrapped
+	Err   error  // ErrInvalidVolumeID, ErrInvalidNQN, ErrInvalidVolumeContext or ErrInvalidNodeID, possibly wrapped
 }
 
 func (e *Error) Error() string {
