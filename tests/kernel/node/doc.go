@@ -5,12 +5,13 @@
 // gRPC API over a real unix socket with the CSI client, against the real
 // kernel initiator, mkfs, mount and sysfs.
 //
-// It covers: ext4 and xfs stage, publish read-write and read-only (a write
-// through the read-only publication fails with EROFS), block volumes,
-// data written, unstaged (controller gone from /sys/class/nvme), restaged
-// and read back, online expansion, unstage by a new service instance from
-// the stage record, stats, unstage after the target went away, and a
-// filesystem in kernel shutdown under a publication.
+// It covers: ext4 and xfs stage with mount flags, publish read-write and
+// read-only (a write through the read-only publication fails with EROFS,
+// and both keep the staging mount's nosuid, nodev and noexec), block
+// volumes, data written, unstaged (controller gone from /sys/class/nvme),
+// restaged and read back, online expansion, unstage by a new service
+// instance from the stage record, stats, unstage after the target went
+// away, and a filesystem in kernel shutdown under a publication.
 //
 // The tests carry the build tag "kernel" and run only in the lab:
 //
