@@ -76,6 +76,10 @@
 //   - mkfs.xfs refuses devices under 300 MB.
 //   - /proc/mounts shows a bind mount of a device node with the source
 //     "devtmpfs"; /proc/self/mountinfo's root field names the node.
+//   - A bind remount (mount -o bind,remount,ro) sets the mount's flags to
+//     exactly those given: the nosuid, nodev and noexec a publication
+//     inherited from the staging mount are repeated from statfs, or the
+//     read-only publication would lose them.
 //   - A read-only bind mount of a device node does not make the device
 //     read-only: may_open ignores MNT_READONLY for block and character
 //     devices, so O_RDWR still succeeds. Reader-only block volumes get
