@@ -27,8 +27,14 @@ func (s *Service) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolum
 	if req.GetVolumePath() == "" {
 		return nil, invalid("volume_path is missing")
 	}
+	unlock, log, err := s.begin(volumeID)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	// An unknown volume is NotFound before its path is judged.
-	if _, err := s.stagedRecord(volumeID, codes.NotFound); err != nil {
+	r, err := s.stagedRecord(volumeID, codes.NotFound)
+	if err != nil {
 		return nil, err
 	}
 	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
@@ -42,16 +48,6 @@ func (s *Service) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolum
 	required := req.GetCapacityRange().GetRequiredBytes()
 	if required < 0 {
 		return nil, invalid("capacity_range.required_bytes %d is negative", required)
-	}
-	unlock, log, err := s.begin(volumeID)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-
-	r, err := s.stagedRecord(volumeID, codes.NotFound)
-	if err != nil {
-		return nil, err
 	}
 	if err := s.nvme.Rescan(r.SubsystemNQN); err != nil {
 		return nil, statusOf("rescan", err)
