@@ -1,16 +1,11 @@
-package export_test
+package api_test
 
 import (
 	"maps"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"testing"
-
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/pillar-csi/pillar-csi/api/export"
 )
@@ -23,16 +18,7 @@ import (
 // server admits. A field added to the CRD without a key, or a range
 // changed on one side only, fails here.
 func TestConnectOptionsMirrorTheCRD(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "config", "crd", "pillar-csi.io_pillarprotocols.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var crd apiextensionsv1.CustomResourceDefinition
-	if err := yaml.UnmarshalStrict(data, &crd); err != nil {
-		t.Fatal(err)
-	}
-	connect := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.
-		Properties["spec"].Properties["nvmeofTCP"].Properties["connect"].Properties
+	connect := property(t, loadCRD(t, "pillarprotocols"), "spec.nvmeofTCP.connect").Properties
 	if len(connect) == 0 {
 		t.Fatal("no spec.nvmeofTCP.connect properties in the PillarProtocol CRD")
 	}
