@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/agent/server"
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/configfs"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -330,24 +330,11 @@ func wipeNvmet(t testing.TB) {
 	}
 }
 
-// waitSize waits until the block device dev has size bytes, as the kernel
-// reports it in /sys/block/NAME/size (512-byte sectors).
+// waitSize waits until the block device dev has size bytes.
 func waitSize(t testing.TB, dev string, size int64) {
 	t.Helper()
-	p := filepath.Join("/sys/block", filepath.Base(dev), "size")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sectors, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if sectors*512 == size {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s has %d bytes, want %d", dev, sectors*512, size)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	fixture.WaitFor(t, fmt.Sprintf("%s to have %d bytes", dev, size), time.Minute, func() bool {
+		n, err := fixture.DeviceSize(dev)
+		return err == nil && n == size
+	})
 }
