@@ -10,6 +10,9 @@
 //     through the initiator is read back on the target → the volume grows
 //     while connected and the initiator sees the new size → disconnect →
 //     unexport → delete, leaving no subsystem, port or volume behind;
+//   - a volume whose export was left with its namespace disabled grows
+//     without error (nvmet refuses revalidate_size there, which the test
+//     shows), and the retried export serves the new size;
 //   - every mutating call with a stale generation is refused with
 //     FAILED_PRECONDITION and a FencingRejection, and neither configfs
 //     (compared with configfs Read) nor the store (backend List) changes;
