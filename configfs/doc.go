@@ -12,7 +12,9 @@
 // linked subsystems, referrals and ANA groups, and every host, including
 // objects other tools created. Struct fields name the attribute files they
 // come from. Attributes an older kernel (or a kernel built without the
-// feature) lacks read as zero values.
+// feature) lacks read as zero values. ReadSubsystem and ReadExport read one
+// subsystem (ReadExport with the addresses of its ports) without walking
+// the others, for callers whose cost must not grow with the export count.
 //
 // An Export is the desired state of one subsystem: attributes, exactly
 // these namespaces, links to the ports listening on these addresses, and

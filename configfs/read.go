@@ -33,28 +33,9 @@ func (f *FS) Read(ctx context.Context) (*State, error) {
 		}
 	}
 
-	names, err = f.listDirs(f.portsDir())
-	if err != nil {
+	if st.Ports, err = f.readAllPorts(ctx); err != nil {
 		return nil, err
 	}
-	for _, name := range names {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		id, err := parseUint16(name)
-		if err != nil {
-			// nvmet only accepts u16 names; anything else is not a port.
-			continue
-		}
-		p, ok, err := f.readPort(id)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			st.Ports = append(st.Ports, p)
-		}
-	}
-	slices.SortFunc(st.Ports, func(a, b Port) int { return cmpUint(a.ID, b.ID) })
 
 	names, err = f.listDirs(f.hostsDir())
 	if err != nil {
@@ -82,6 +63,53 @@ func (f *FS) ReadSubsystem(ctx context.Context, nqn string) (Subsystem, bool, er
 		return Subsystem{}, false, err
 	}
 	return f.readSubsystem(nqn)
+}
+
+// ReadExport reads the export of one subsystem, as State.Export reports
+// it: the subsystem and the addresses of the ports it is linked to. It
+// reads that subsystem and the ports (a node has few) but none of the
+// other subsystems, so its cost does not grow with the number of exports.
+// The boolean is false when the subsystem does not exist.
+func (f *FS) ReadExport(ctx context.Context, nqn string) (Export, bool, error) {
+	sub, ok, err := f.ReadSubsystem(ctx, nqn)
+	if err != nil || !ok {
+		return Export{}, false, err
+	}
+	ports, err := f.readAllPorts(ctx)
+	if err != nil {
+		return Export{}, false, err
+	}
+	st := State{Subsystems: []Subsystem{sub}, Ports: ports}
+	e, _ := st.Export(nqn)
+	return e, true, nil
+}
+
+// readAllPorts reads every port with its links, sorted by ID.
+func (f *FS) readAllPorts(ctx context.Context) ([]Port, error) {
+	names, err := f.listDirs(f.portsDir())
+	if err != nil {
+		return nil, err
+	}
+	var ports []Port
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		id, err := parseUint16(name)
+		if err != nil {
+			// nvmet only accepts u16 names; anything else is not a port.
+			continue
+		}
+		p, ok, err := f.readPort(id)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			ports = append(ports, p)
+		}
+	}
+	slices.SortFunc(ports, func(a, b Port) int { return cmpUint(a.ID, b.ID) })
+	return ports, nil
 }
 
 // attrSet reads the attribute files present in one configfs directory.

@@ -157,6 +157,19 @@ func TestReadFixture(t *testing.T) {
 	if _, ok, err := fs.ReadSubsystem(context.Background(), "nqn.2014-08.org.example:absent"); ok || err != nil {
 		t.Errorf("ReadSubsystem of a missing subsystem = %v, %v", ok, err)
 	}
+
+	// ReadExport reads one export without the other subsystems and
+	// agrees with the view of the whole state.
+	for _, sub := range want.Subsystems {
+		one, ok, err := fs.ReadExport(context.Background(), sub.NQN)
+		all, _ := got.Export(sub.NQN)
+		if err != nil || !ok || cmp.Diff(all, one) != "" {
+			t.Errorf("ReadExport(%s) = %v, %v; differs from State.Export (-state +ReadExport):\n%s", sub.NQN, ok, err, cmp.Diff(all, one))
+		}
+	}
+	if _, ok, err := fs.ReadExport(context.Background(), "nqn.2014-08.org.example:absent"); ok || err != nil {
+		t.Errorf("ReadExport of a missing subsystem = %v, %v", ok, err)
+	}
 }
 
 func TestReadWithoutNvmet(t *testing.T) {

@@ -53,6 +53,13 @@ func checkReadBack(t testing.TB, fs *configfs.FS, ctx context.Context, e configf
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("read-back differs from the applied export (-applied +kernel):\n%s", diff)
 	}
+	one, ok, err := fs.ReadExport(ctx, e.NQN)
+	if err != nil || !ok {
+		t.Fatalf("ReadExport(%s) = %v, %v", e.NQN, ok, err)
+	}
+	if diff := cmp.Diff(want, one); diff != "" {
+		t.Errorf("ReadExport differs from the applied export (-applied +kernel):\n%s", diff)
+	}
 }
 
 func checkEmpty(t testing.TB) {
