@@ -291,11 +291,13 @@ func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *
 	}
 	log := s.log.With("volume_id", id)
 	return s.fenced(ctx, op, id, fencing.KindMutate, pt, func(ctx context.Context) error {
-		st, err := s.nvmet.Read(ctx)
+		// One export, not the whole tree: an access-list change runs on
+		// every ControllerPublish and must not cost more with every
+		// volume the node exports.
+		e, ok, err := s.nvmet.ReadExport(ctx, ident.SubsystemNQN)
 		if err != nil {
 			return toStatus(ctx, op, id, err)
 		}
-		e, ok := st.Export(ident.SubsystemNQN)
 		switch {
 		case !ok && allow:
 			return status.Errorf(codes.NotFound, "%s volume %q: not exported (no subsystem %s)", op, id, ident.SubsystemNQN)

@@ -105,6 +105,13 @@ func (f *fakeNvmet) read() *configfs.State {
 	return st
 }
 
+func (f *fakeNvmet) ReadExport(ctx context.Context, nqn string) (configfs.Export, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.read().Export(nqn)
+	return e, ok, nil
+}
+
 func (f *fakeNvmet) ReadSubsystem(ctx context.Context, nqn string) (configfs.Subsystem, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -15,6 +15,7 @@ type nvmet interface {
 	Remove(ctx context.Context, nqn string) error
 	Read(ctx context.Context) (*configfs.State, error)
 	ReadSubsystem(ctx context.Context, nqn string) (configfs.Subsystem, bool, error)
+	ReadExport(ctx context.Context, nqn string) (configfs.Export, bool, error)
 	// Revalidate has nvmet re-read the size of a namespace's device.
 	Revalidate(ctx context.Context, nqn string, nsid uint32) error
 }

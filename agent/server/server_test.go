@@ -225,10 +225,14 @@ func TestIdempotency(t *testing.T) {
 	if len(st.Ports) != 1 || st.Ports[0].Address.TrAddr != "2001:db8::1" || st.Ports[0].Address.AdrFam != "ipv6" || st.Subsystems[0].Attrs.AllowAnyHost {
 		t.Errorf("re-export did not converge: %+v", st)
 	}
+	reads := h.nv.reads
 	for range 2 {
 		if _, err := h.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tk, VolumeId: id, HostNqn: "nqn.2014-08.org.example:w1"}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if n := h.nv.reads - reads; n != 0 {
+		t.Errorf("AllowHost read the whole of configfs %d times; it needs only its own export", n)
 	}
 	sub, _, _ := h.nv.ReadSubsystem(context.Background(), export.SubsystemNQNPrefix+id)
 	if !slices.Equal(sub.AllowedHosts, []string{"nqn.2014-08.org.example:w1"}) {
