@@ -31,7 +31,7 @@ type Services struct {
 // Listen parses a CSI endpoint (unix:///csi/csi.sock, unix:/path,
 // tcp://127.0.0.1:10000) and listens on it, removing a stale socket
 // file first (kubelet's plugin watcher leaves none, but a crashed
-// plugin does).
+// plugin does) — never a socket another process serves on.
 func Listen(endpoint string) (net.Listener, error) {
 	u, err := url.Parse(endpoint)
 	if err != nil {
@@ -46,8 +46,8 @@ func Listen(endpoint string) (net.Listener, error) {
 		if p == "" || !strings.HasPrefix(p, "/") {
 			return nil, fmt.Errorf("endpoint %q: want unix:///absolute/path", endpoint)
 		}
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("endpoint %q: remove stale socket: %w", endpoint, err)
+		if err := removeStaleSocket(p); err != nil {
+			return nil, fmt.Errorf("endpoint %q: %w", endpoint, err)
 		}
 		return net.Listen("unix", p)
 	case "tcp":
@@ -55,6 +55,35 @@ func Listen(endpoint string) (net.Listener, error) {
 	}
 	return nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp", endpoint)
 }
+
+// removeStaleSocket removes the socket a crashed plugin left at p. It
+// refuses to remove anything else: a file that is not a socket, or a
+// socket another process still serves on (a second pillar-node started by
+// mistake must not take the endpoint from the one kubelet talks to).
+func removeStaleSocket(p string) error {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if fi.Mode()&os.ModeSocket == 0 {
+		return fmt.Errorf("%s exists and is not a socket; not removing it", p)
+	}
+	if c, err := net.DialTimeout("unix", p, staleSocketProbe); err == nil {
+		c.Close()
+		return fmt.Errorf("another process is serving on %s", p)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove stale socket: %w", err)
+	}
+	return nil
+}
+
+// staleSocketProbe bounds the connect that tells a live socket from a
+// stale one; a stale socket refuses at once (ECONNREFUSED).
+const staleSocketProbe = time.Second
 
 // New returns a gRPC server with the services registered and the logging
 // interceptor installed.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,6 +24,50 @@ func TestListenRejectsBadEndpoints(t *testing.T) {
 			l.Close()
 			t.Errorf("Listen(%q) accepted", ep)
 		}
+	}
+}
+
+// A crashed plugin's socket is replaced; a live one, or a file that is not
+// a socket, is left alone with an error.
+func TestListenReplacesOnlyAStaleSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "csi.sock")
+	ep := "unix://" + sock
+
+	live, err := Listen(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Listen(ep); err == nil || !strings.Contains(err.Error(), "another process is serving") {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("Listen over a live socket: %v, want 'another process is serving'", err)
+	}
+	// Crash: the socket file stays, nobody accepts on it.
+	live.(*net.UnixListener).SetUnlinkOnClose(false)
+	live.Close()
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("the stale socket file is gone before the test: %v", err)
+	}
+	l, err := Listen(ep)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	l.Close()
+
+	file := filepath.Join(dir, "not-a-socket")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := Listen("unix://" + file); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("Listen over a regular file: %v, want 'not a socket'", err)
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Errorf("Listen removed a regular file: %v", err)
 	}
 }
 
