@@ -65,9 +65,12 @@ const (
 //   - FAILED_PRECONDITION with a FencingRejection detail: refused by
 //     fencing; nothing was changed. Retrying with the same token cannot
 //     succeed.
-//   - FAILED_PRECONDITION without that detail: the node cannot serve the
-//     store (its ZFS pool or volume group does not exist); the message says
-//     what is missing.
+//   - FAILED_PRECONDITION without that detail: the node is not in a state
+//     to do it, and a retry of the same request fails until an operator or
+//     another call changes that: the store's ZFS pool or volume group does
+//     not exist, nvmet is not loaded, the port's address is in use or not
+//     on the node, or the volume is busy (held open, so it cannot be
+//     destroyed). The message says which.
 //   - UNIMPLEMENTED: a backend or transport this agent does not support
 //     (see GetAgentInfoResponse.capabilities), or an RPC newer than the
 //     agent.
@@ -322,9 +325,12 @@ func (c *agentServiceClient) Reconcile(ctx context.Context, in *ReconcileRequest
 //   - FAILED_PRECONDITION with a FencingRejection detail: refused by
 //     fencing; nothing was changed. Retrying with the same token cannot
 //     succeed.
-//   - FAILED_PRECONDITION without that detail: the node cannot serve the
-//     store (its ZFS pool or volume group does not exist); the message says
-//     what is missing.
+//   - FAILED_PRECONDITION without that detail: the node is not in a state
+//     to do it, and a retry of the same request fails until an operator or
+//     another call changes that: the store's ZFS pool or volume group does
+//     not exist, nvmet is not loaded, the port's address is in use or not
+//     on the node, or the volume is busy (held open, so it cannot be
+//     destroyed). The message says which.
 //   - UNIMPLEMENTED: a backend or transport this agent does not support
 //     (see GetAgentInfoResponse.capabilities), or an RPC newer than the
 //     agent.
