@@ -63,6 +63,9 @@ type Config struct {
 	// ReconcileWorkers is how many desired exports Reconcile converges
 	// concurrently; DefaultReconcileWorkers if zero.
 	ReconcileWorkers int
+	// ProcRoot is where procfs is mounted, for the boot ID GetAgentInfo
+	// reports; "/proc" if empty.
+	ProcRoot string
 	// StoreConcurrency is how many backend calls run at once per store;
 	// DefaultStoreConcurrency if zero. Further calls wait, within their
 	// deadline.
@@ -82,6 +85,9 @@ type Server struct {
 	stores  *storeCache
 	locks   volumeLocks
 	workers int
+	// instanceID is drawn once per process start; GetAgentInfo reports
+	// it so the controller notices a restart.
+	instanceID string
 
 	// known tracks what Stats reports: volumes this agent has seen exist
 	// and the pillar-owned subsystems it last saw in configfs.
@@ -124,6 +130,9 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 	if cfg.SysfsRoot == "" {
 		cfg.SysfsRoot = "/sys"
 	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
 	if cfg.OpenTimeout <= 0 {
 		cfg.OpenTimeout = DefaultOpenTimeout
 	}
@@ -145,6 +154,10 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 	if factory == nil {
 		factory = realBackends(cfg.CommandTimeout)
 	}
+	instanceID, err := newInstanceID()
+	if err != nil {
+		return nil, fmt.Errorf("pillar-agent: instance ID: %w", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.OpenTimeout)
 	defer cancel()
 	marks, err := fencing.Open(ctx, cfg.GenerationsDir, fencing.Options{})
@@ -152,14 +165,15 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 		return nil, fmt.Errorf("pillar-agent: fencing marks in %s: %w", cfg.GenerationsDir, err)
 	}
 	s := &Server{
-		cfg:     cfg,
-		log:     log,
-		marks:   marks,
-		nvmet:   nv,
-		stores:  newStoreCache(factory, slots),
-		workers: workers,
-		volumes: map[string]struct{}{},
-		exports: map[string]struct{}{},
+		cfg:        cfg,
+		log:        log,
+		marks:      marks,
+		nvmet:      nv,
+		stores:     newStoreCache(factory, slots),
+		workers:    workers,
+		instanceID: instanceID,
+		volumes:    map[string]struct{}{},
+		exports:    map[string]struct{}{},
 	}
 	// Count the exports that survived an agent restart. nvmet may not be
 	// loaded yet; Ready says so and the count catches up on the next look.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -657,19 +658,46 @@ func TestGetAgentInfo(t *testing.T) {
 	bin := t.TempDir()
 	os.WriteFile(filepath.Join(bin, "lvm"), []byte("#!/bin/sh\n"), 0o755)
 	t.Setenv("PATH", bin)
-	s, err := New(Config{NodeName: "storage-1", Version: "v1.2.3", GenerationsDir: t.TempDir(), ConfigfsRoot: root, SysfsRoot: sys,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+	proc := t.TempDir()
+	const bootID = "5b2f1c0e-4a5d-4f7e-9a51-0c3c1f1d2e3f"
+	os.MkdirAll(filepath.Join(proc, "sys/kernel/random"), 0o755)
+	os.WriteFile(filepath.Join(proc, "sys/kernel/random/boot_id"), []byte(bootID+"\n"), 0o444)
+	start := func() *agentv1.GetAgentInfoResponse {
+		s, err := New(Config{NodeName: "storage-1", Version: "v1.2.3", GenerationsDir: t.TempDir(), ConfigfsRoot: root, SysfsRoot: sys,
+			ProcRoot: proc, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		r, err := s.GetAgentInfo(context.Background(), &agentv1.GetAgentInfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := s.GetAgentInfo(context.Background(), &agentv1.GetAgentInfoRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.GetInstanceId() != r.GetInstanceId() {
+			t.Errorf("instance ID changed within one process: %q, then %q", r.GetInstanceId(), again.GetInstanceId())
+		}
+		return r
 	}
-	defer s.Close()
-	r, err := s.GetAgentInfo(context.Background(), &agentv1.GetAgentInfoRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := start()
 	want := []agentv1.Capability{agentv1.Capability_CAPABILITY_BACKEND_LVM, agentv1.Capability_CAPABILITY_BACKEND_LVM_THIN,
 		agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP}
 	if r.GetNodeName() != "storage-1" || r.GetAgentVersion() != "v1.2.3" || !slices.Equal(r.GetCapabilities(), want) {
 		t.Errorf("GetAgentInfo = %v, want capabilities %v", r, want)
+	}
+	if r.GetBootId() != bootID {
+		t.Errorf("boot ID = %q, want %q", r.GetBootId(), bootID)
+	}
+	if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`).MatchString(r.GetInstanceId()) {
+		t.Errorf("instance ID %q is not a random UUID", r.GetInstanceId())
+	}
+	// A restarted agent (a new Server on the same node) reports a new
+	// instance and the same boot.
+	if r2 := start(); r2.GetInstanceId() == r.GetInstanceId() || r2.GetBootId() != bootID {
+		t.Errorf("after a restart: instance %q (was %q), boot %q; want a new instance, the same boot",
+			r2.GetInstanceId(), r.GetInstanceId(), r2.GetBootId())
 	}
 }

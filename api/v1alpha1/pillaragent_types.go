@@ -89,6 +89,22 @@ type PillarAgentStatus struct {
 	// +optional
 	AgentVersion string `json:"agentVersion,omitempty"`
 
+	// InstanceID is the agent process the controller last talked to (it
+	// changes on every agent restart). A change makes the controller push
+	// the desired exports of the agent's volumes back.
+	// +optional
+	InstanceID string `json:"instanceID,omitempty"`
+
+	// BootID is the storage node's kernel boot ID as the agent last
+	// reported it; it changes when the node reboots.
+	// +optional
+	BootID string `json:"bootID,omitempty"`
+
+	// LastRestartTime is when the controller last noticed a new agent
+	// instance.
+	// +optional
+	LastRestartTime *metav1.Time `json:"lastRestartTime,omitempty"`
+
 	// Conditions: Ready is True when the agent answered the controller's
 	// last call.
 	// +optional
@@ -107,8 +123,10 @@ type PillarAgentStatus struct {
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.address`
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.port`
 // +kubebuilder:printcolumn:name="TLS",type=string,JSONPath=`.spec.tls.secretRef.name`,priority=1
-// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.agentVersion`,priority=1
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.agentVersion`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PillarAgent struct {
 	metav1.TypeMeta   `json:",inline"`

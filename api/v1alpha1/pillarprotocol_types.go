@@ -103,6 +103,12 @@ type PillarProtocolStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
+	// StorageClasses are the PillarStorageClasses that use this protocol,
+	// sorted by name.
+	// +optional
+	// +listType=atomic
+	StorageClasses []string `json:"storageClasses,omitempty"`
+
 	// Conditions: Ready is True when the controller accepted the
 	// configuration.
 	// +optional
@@ -121,6 +127,8 @@ type PillarProtocolStatus struct {
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.nvmeofTCP.bindAddress`
 // +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=`.spec.nvmeofTCP.port`
 // +kubebuilder:printcolumn:name="ACL",type=boolean,JSONPath=`.spec.nvmeofTCP.aclEnabled`
+// +kubebuilder:printcolumn:name="Classes",type=string,JSONPath=`.status.storageClasses`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PillarProtocol struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -38,6 +38,21 @@ const (
 	BindingWaitForFirstConsumer VolumeBindingMode = "WaitForFirstConsumer"
 )
 
+// Parameters of the StorageClass the controller generates from a
+// PillarStorageClass. CreateVolume reads them back; the CSI external
+// provisioner passes them through unchanged.
+const (
+	// StorageClassParamStore names the PillarStore new volumes are created
+	// in.
+	StorageClassParamStore = "pillar-csi.io/store"
+	// StorageClassParamProtocol names the PillarProtocol new volumes are
+	// exported with.
+	StorageClassParamProtocol = "pillar-csi.io/protocol"
+	// StorageClassParamFSType is the filesystem of Filesystem-mode volumes,
+	// under the key the external provisioner and kubelet know.
+	StorageClassParamFSType = "csi.storage.k8s.io/fstype"
+)
+
 // PillarStorageClassSpec combines a store and a protocol. The controller
 // keeps a Kubernetes StorageClass with the same name as this object in sync
 // with it. Kubernetes forbids changing a StorageClass's parameters,
@@ -116,7 +131,9 @@ type PillarStorageClassStatus struct {
 // +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocolName`
 // +kubebuilder:printcolumn:name="FSType",type=string,JSONPath=`.spec.fsType`,priority=1
 // +kubebuilder:printcolumn:name="Reclaim",type=string,JSONPath=`.spec.reclaimPolicy`,priority=1
+// +kubebuilder:printcolumn:name="StorageClass",type=string,JSONPath=`.status.storageClassName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PillarStorageClass struct {
 	metav1.TypeMeta   `json:",inline"`

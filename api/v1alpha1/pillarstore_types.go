@@ -146,8 +146,10 @@ type PillarStoreStatus struct {
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
 // +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.zfs.pool`,priority=1
 // +kubebuilder:printcolumn:name="VG",type=string,JSONPath=`.spec.lvm.volumeGroup`,priority=1
+// +kubebuilder:printcolumn:name="Total",type=integer,format=int64,JSONPath=`.status.capacity.totalBytes`
 // +kubebuilder:printcolumn:name="Available",type=integer,format=int64,JSONPath=`.status.capacity.availableBytes`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PillarStore struct {
 	metav1.TypeMeta   `json:",inline"`

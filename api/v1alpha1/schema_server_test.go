@@ -177,10 +177,10 @@ func TestPrinterColumns(t *testing.T) {
 	}
 
 	for resource, want := range map[string][]string{
-		"pillaragents":         {"Name", "Node", "Address", "Port", "TLS", "Version", "Ready", "Age"},
-		"pillarstores":         {"Name", "Agent", "Type", "Pool", "VG", "Available", "Ready", "Age"},
-		"pillarprotocols":      {"Name", "Type", "Address", "Port", "ACL", "Age"},
-		"pillarstorageclasses": {"Name", "Store", "Protocol", "FSType", "Reclaim", "Ready", "Age"},
+		"pillaragents":         {"Name", "Node", "Address", "Port", "TLS", "Endpoint", "Version", "Ready", "Reason", "Age"},
+		"pillarstores":         {"Name", "Agent", "Type", "Pool", "VG", "Total", "Available", "Ready", "Reason", "Age"},
+		"pillarprotocols":      {"Name", "Type", "Address", "Port", "ACL", "Classes", "Ready", "Age"},
+		"pillarstorageclasses": {"Name", "Store", "Protocol", "FSType", "Reclaim", "StorageClass", "Ready", "Reason", "Age"},
 		"pillarvolumestates":   {"Name", "Store", "Protocol", "Capacity", "Generation", "Nodes", "Ready", "Export-Missing", "Age"},
 	} {
 		if got := columns(get("/apis/pillar-csi.io/v1alpha1/" + resource)); !slices.Equal(got, want) {

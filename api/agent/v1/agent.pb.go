@@ -822,7 +822,17 @@ type GetAgentInfoResponse struct {
 	// The Kubernetes node the agent runs on.
 	NodeName string `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	// What the agent can do on this node now.
-	Capabilities  []Capability `protobuf:"varint,3,rep,packed,name=capabilities,proto3,enum=pillar.agent.v1.Capability" json:"capabilities,omitempty"`
+	Capabilities []Capability `protobuf:"varint,3,rep,packed,name=capabilities,proto3,enum=pillar.agent.v1.Capability" json:"capabilities,omitempty"`
+	// A random identifier the agent draws once per process start. When it
+	// changes the agent restarted: exports it created may be gone (a
+	// storage-node reboot empties configfs), so the controller pushes the
+	// desired exports back with Reconcile. Empty from an agent that predates
+	// the field; a controller then relies on boot_id alone.
+	InstanceId string `protobuf:"bytes,4,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The storage node's kernel boot ID (/proc/sys/kernel/random/boot_id).
+	// It changes exactly when the node rebooted, which empties configfs.
+	// Empty when the agent cannot read it or predates the field.
+	BootId        string `protobuf:"bytes,5,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -876,6 +886,20 @@ func (x *GetAgentInfoResponse) GetCapabilities() []Capability {
 		return x.Capabilities
 	}
 	return nil
+}
+
+func (x *GetAgentInfoResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *GetAgentInfoResponse) GetBootId() string {
+	if x != nil {
+		return x.BootId
+	}
+	return ""
 }
 
 // GetCapacityRequest names a store.
@@ -2336,11 +2360,14 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"nvmeof_tcp\x18\x06 \x01(\v2 .pillar.agent.v1.NvmeofTcpExportH\x00R\tnvmeofTcp\x12*\n" +
 	"\x11allowed_host_nqns\x18\a \x03(\tR\x0fallowedHostNqnsB\v\n" +
 	"\ttransport\"\x15\n" +
-	"\x13GetAgentInfoRequest\"\x99\x01\n" +
+	"\x13GetAgentInfoRequest\"\xd3\x01\n" +
 	"\x14GetAgentInfoResponse\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12?\n" +
-	"\fcapabilities\x18\x03 \x03(\x0e2\x1b.pillar.agent.v1.CapabilityR\fcapabilities\"B\n" +
+	"\fcapabilities\x18\x03 \x03(\x0e2\x1b.pillar.agent.v1.CapabilityR\fcapabilities\x12\x1f\n" +
+	"\vinstance_id\x18\x04 \x01(\tR\n" +
+	"instanceId\x12\x17\n" +
+	"\aboot_id\x18\x05 \x01(\tR\x06bootId\"B\n" +
 	"\x12GetCapacityRequest\x12,\n" +
 	"\x05store\x18\x01 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\"_\n" +
 	"\x13GetCapacityResponse\x12\x1f\n" +
