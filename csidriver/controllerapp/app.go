@@ -1,0 +1,236 @@
+// Package controllerapp runs pillar-controller: a controller-runtime
+// manager, leader-elected on a Lease, with the reconcilers of the Pillar*
+// configuration CRDs (package reconcile), health and readiness endpoints,
+// and one /metrics for controller-runtime's metrics and pillar's own.
+//
+// Leadership: only the replica holding the Lease reconciles and talks to
+// agents; the others keep their caches warm and wait. A leader that cannot
+// renew its Lease within the renew deadline stops at once (no graceful
+// shutdown) and Run returns an error, so the process exits and restarts as
+// a follower. On SIGTERM the leader finishes what is running for up to
+// Options.GracefulShutdown and then releases the Lease, so a successor takes
+// over without waiting for it to expire.
+package controllerapp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
+	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
+)
+
+// Defaults of Options.
+const (
+	DefaultLeaderElectionID = "pillar-controller.pillar-csi.io"
+	DefaultMetricsAddress   = ":9430"
+	DefaultHealthAddress    = ":9431"
+	DefaultLeaseDuration    = 15 * time.Second
+	DefaultRenewDeadline    = 10 * time.Second
+	DefaultRetryPeriod      = 2 * time.Second
+	DefaultGracefulShutdown = 25 * time.Second
+)
+
+// Options configure pillar-controller.
+type Options struct {
+	// Namespace is where the controller runs: the Lease lives there. The
+	// Helm chart sets it from the downward API ($POD_NAMESPACE).
+	Namespace string
+	// LeaderElection is on in every real deployment; off only for a single
+	// replica under test.
+	LeaderElection   bool
+	LeaderElectionID string
+	LeaseDuration    time.Duration
+	RenewDeadline    time.Duration
+	RetryPeriod      time.Duration
+	// TLSSecretNamespaces are the namespaces whose Secrets the controller
+	// reads for agent TLS (and watches for rotation). Empty means every
+	// namespace.
+	TLSSecretNamespaces []string
+	// MetricsAddress and HealthAddress are listen addresses; "0" turns
+	// the endpoint off.
+	MetricsAddress string
+	HealthAddress  string
+	// AgentCallTimeout bounds every agent call; agentclient's default if
+	// zero.
+	AgentCallTimeout time.Duration
+	// AgentRefresh and StoreRefresh: see reconcile.Options.
+	AgentRefresh time.Duration
+	StoreRefresh time.Duration
+	// GracefulShutdown bounds the wait for running reconciles on SIGTERM.
+	GracefulShutdown time.Duration
+	// Version is reported in pillar_controller_build_info.
+	Version string
+	// Logger receives every log line (controller-runtime's and
+	// client-go's too); slog.Default() if nil.
+	Logger *slog.Logger
+	// AgentDialOptions are added to every agent connection (tests).
+	AgentDialOptions []grpc.DialOption
+}
+
+// DefaultOptions are the options pillar-controller starts with.
+func DefaultOptions() Options {
+	return Options{
+		LeaderElection:   true,
+		LeaderElectionID: DefaultLeaderElectionID,
+		LeaseDuration:    DefaultLeaseDuration,
+		RenewDeadline:    DefaultRenewDeadline,
+		RetryPeriod:      DefaultRetryPeriod,
+		MetricsAddress:   DefaultMetricsAddress,
+		HealthAddress:    DefaultHealthAddress,
+		GracefulShutdown: DefaultGracefulShutdown,
+		AgentRefresh:     reconcile.DefaultAgentRefresh,
+		StoreRefresh:     reconcile.DefaultStoreRefresh,
+	}
+}
+
+// App is a configured, not yet started pillar-controller.
+type App struct {
+	Manager     manager.Manager
+	Controllers *reconcile.Controllers
+}
+
+// New builds the manager and registers the reconcilers. metricsReg is where
+// pillar's metrics go: controller-runtime's metrics.Registry in
+// pillar-controller (nil selects it); tests pass their own so that two
+// managers in one process do not collide.
+func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App, error) {
+	if opts.LeaderElection && opts.Namespace == "" {
+		return nil, errors.New("leader election needs the controller's namespace: set -namespace or $POD_NAMESPACE")
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	lr := logr.FromSlogHandler(log.Handler())
+	ctrl.SetLogger(lr)
+	klog.SetLogger(lr)
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	if len(opts.TLSSecretNamespaces) > 0 {
+		ns := map[string]cache.Config{}
+		for _, n := range opts.TLSSecretNamespaces {
+			ns[n] = cache.Config{}
+		}
+		cacheOpts.ByObject = map[client.Object]cache.ByObject{&corev1.Secret{}: {Namespaces: ns}}
+	}
+	leaseDuration, renewDeadline, retryPeriod := opts.LeaseDuration, opts.RenewDeadline, opts.RetryPeriod
+	graceful := opts.GracefulShutdown
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Logger:                        lr,
+		Cache:                         cacheOpts,
+		LeaderElection:                opts.LeaderElection,
+		LeaderElectionID:              opts.LeaderElectionID,
+		LeaderElectionNamespace:       opts.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &leaseDuration,
+		RenewDeadline:                 &renewDeadline,
+		RetryPeriod:                   &retryPeriod,
+		GracefulShutdownTimeout:       &graceful,
+		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsAddress},
+		HealthProbeBindAddress:        opts.HealthAddress,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("controller manager: %w", err)
+	}
+	if metricsReg == nil {
+		metricsReg = metrics.Registry
+	}
+	m, err := reconcile.NewMetrics(metricsReg, opts.Version)
+	if err != nil {
+		return nil, err
+	}
+	ctrls, err := reconcile.Setup(mgr, reconcile.Options{
+		AgentRefresh: opts.AgentRefresh,
+		StoreRefresh: opts.StoreRefresh,
+		Metrics:      m,
+		Pool: agentclient.Options{
+			CallTimeout: opts.AgentCallTimeout,
+			Logger:      log,
+			DialOptions: opts.AgentDialOptions,
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	synced := &atomic.Bool{}
+	if err := mgr.Add(&cacheWatcher{cache: mgr.GetCache(), synced: synced}); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("caches", func(*http.Request) error {
+		if !synced.Load() {
+			return errors.New("caches are not synced yet")
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return &App{Manager: mgr, Controllers: ctrls}, nil
+}
+
+// The Lease of leader election, and the core/v1 Events client-go's leader
+// election records about it, are the controller's only namespaced
+// objects.
+//
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=pillar-csi,resources=leases,verbs=get;create;update
+// +kubebuilder:rbac:groups="",namespace=pillar-csi,resources=events,verbs=create;patch
+
+// Run starts pillar-controller and blocks until ctx ends (nil error) or
+// the manager fails, including a lost Lease ("leader election lost").
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	app, err := New(cfg, opts, nil)
+	if err != nil {
+		return err
+	}
+	return app.Manager.Start(ctx)
+}
+
+// cacheWatcher marks the caches synced; it runs on every replica, leader
+// or not, so a follower is ready to take over.
+type cacheWatcher struct {
+	cache  cache.Cache
+	synced *atomic.Bool
+}
+
+func (w *cacheWatcher) Start(ctx context.Context) error {
+	if w.cache.WaitForCacheSync(ctx) {
+		w.synced.Store(true)
+	}
+	<-ctx.Done()
+	return nil
+}
+
+func (w *cacheWatcher) NeedLeaderElection() bool { return false }

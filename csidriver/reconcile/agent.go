@@ -1,0 +1,216 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+)
+
+// Reasons of a PillarAgent's Ready condition besides the ConnectError
+// reasons.
+const (
+	ReasonAgentReady   = "AgentReady"
+	ReasonUnreachable  = "Unreachable"
+	ReasonTLSFailed    = "TLSFailed"
+	ReasonNotServing   = "NotServing"
+	ReasonNvmetMissing = "NvmetMissing"
+	ReasonNodeMismatch = "NodeMismatch"
+	ReasonInvalidSpec  = "InvalidSpec"
+)
+
+// +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// AgentReconciler keeps a PillarAgent's status true to what its agent
+// answers: endpoint, version, instance and boot IDs, and Ready.
+type AgentReconciler struct {
+	Client    client.Client
+	Connector *Connector
+	Recorder  events.EventRecorder
+	Metrics   *Metrics
+	// OnRestart is called with the agent's name when a new agent instance
+	// is seen (an agent restart, a storage-node reboot, or the first
+	// contact after the controller started): the exports the agent had
+	// may be gone, so the desired exports of its volumes must be pushed
+	// back. May be nil.
+	OnRestart func(agent string)
+	// Refresh is how often a Ready agent is asked again for its version
+	// and capabilities; the health watch reports losses in between.
+	Refresh time.Duration
+	// Now is the clock of lastRestartTime; time.Now if nil.
+	Now func() time.Time
+
+	backoff backoff
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var a v1alpha1.PillarAgent
+	if err := r.Client.Get(ctx, req.NamespacedName, &a); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Connector.Pool.Forget(req.Name)
+			r.backoff.forget(req.Name)
+			r.Metrics.forgetAgent(req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !a.DeletionTimestamp.IsZero() {
+		r.Connector.Pool.Forget(a.Name)
+		return ctrl.Result{}, nil
+	}
+	before := a.Status.DeepCopy()
+	v, info := r.observe(ctx, &a)
+	if info != nil {
+		r.noteInstance(&a, info)
+	}
+	transition := setReady(&a.Status.Conditions, v, a.Generation)
+	a.Status.ObservedGeneration = a.Generation
+	if err := writeStatus(ctx, r.Client, &a, before, &a.Status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if transition {
+		announce(r.Recorder, &a, v)
+	}
+	r.Metrics.setAgentReady(a.Name, v.ready)
+	if v.ready {
+		r.backoff.forget(a.Name)
+		return ctrl.Result{RequeueAfter: r.Refresh}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.backoff.next(a.Name)}, nil
+}
+
+// observe asks the agent for its info and judges the answer.
+func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) (verdict, *agentv1.GetAgentInfoResponse) {
+	if a.Spec.NodeName == "" && a.Spec.Address == "" {
+		return notReady(ReasonInvalidSpec, "set spec.nodeName, spec.address or both: the controller needs one of them to reach the agent"), nil
+	}
+	if viol, rec := checkImmutable(a, []immutable{{path: "spec.nodeName", value: string(a.Spec.NodeName), onceSet: true}}); len(viol) > 0 {
+		return refuseChange("PillarAgent", viol), nil
+	} else if rec != "" {
+		if err := recordAccepted(ctx, r.Client, a, rec); err != nil {
+			return notReady("UpdateFailed", "cannot record the accepted spec: %v", err), nil
+		}
+	}
+	conn, err := r.Connector.Connect(ctx, a)
+	if err != nil {
+		var ce *ConnectError
+		if errors.As(err, &ce) {
+			return notReady(ce.Reason, "%s", ce.Message), nil
+		}
+		return notReady(ReasonUnreachable, "%v", err), nil
+	}
+	a.Status.Endpoint = conn.Endpoint()
+	info, err := conn.Agent.GetAgentInfo(ctx, &agentv1.GetAgentInfoRequest{})
+	if err != nil {
+		reason := callReason(err)
+		if reason == ReasonTLSFailed {
+			return notReady(reason, "TLS handshake with the agent at %s failed: %v; check that the agent's certificate is signed by ca.crt of %s and carries the name %q, and that the agent trusts the CA of tls.crt",
+				conn.Endpoint(), err, tlsSecret(a), serverName(a, conn.Endpoint())), nil
+		}
+		return notReady(reason, "the agent at %s does not answer: %v; check that pillar-agent runs on the node and that the address and port are right", conn.Endpoint(), err), nil
+	}
+	a.Status.AgentVersion = info.GetAgentVersion()
+	if a.Spec.NodeName != "" && info.GetNodeName() != "" && info.GetNodeName() != string(a.Spec.NodeName) {
+		return notReady(ReasonNodeMismatch, "the agent at %s runs on node %q, not on spec.nodeName %q: correct spec.address or spec.nodeName",
+			conn.Endpoint(), info.GetNodeName(), a.Spec.NodeName), info
+	}
+	if h := conn.Health(); h.Known && h.Err == nil && !h.Serving {
+		return notReady(ReasonNotServing, "the agent at %s answers but reports NOT_SERVING (not ready): see `kubectl logs` of pillar-agent on the node, or its /readyz", conn.Endpoint()), info
+	}
+	if !slices.Contains(info.GetCapabilities(), agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP) {
+		return notReady(ReasonNvmetMissing, "the agent on node %q cannot export over NVMe-oF/TCP: load the kernel modules nvmet and nvmet_tcp and mount configfs on the storage node", info.GetNodeName()), info
+	}
+	return ready(ReasonAgentReady, "agent %s on node %q answers at %s", info.GetAgentVersion(), info.GetNodeName(), conn.Endpoint()), info
+}
+
+// noteInstance records the agent's instance and boot IDs and reports a new
+// instance.
+func (r *AgentReconciler) noteInstance(a *v1alpha1.PillarAgent, info *agentv1.GetAgentInfoResponse) {
+	id, boot := info.GetInstanceId(), info.GetBootId()
+	if id == "" {
+		// An agent older than the field: the boot ID (if any) stands in.
+		id = boot
+	}
+	if id == "" || id == a.Status.InstanceID {
+		return
+	}
+	first := a.Status.InstanceID == ""
+	rebooted := a.Status.BootID != "" && boot != "" && boot != a.Status.BootID
+	a.Status.InstanceID, a.Status.BootID = id, boot
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	t := metav1.NewTime(now())
+	a.Status.LastRestartTime = &t
+	if !first && r.Recorder != nil {
+		if rebooted {
+			r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "NodeRebooted", "Reconcile",
+				"storage node %q rebooted (boot ID %s); pushing the desired exports back", info.GetNodeName(), boot)
+		} else {
+			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "AgentRestarted", "Reconcile",
+				"pillar-agent restarted (instance %s); pushing the desired exports back", id)
+		}
+	}
+	r.Metrics.countRestart(a.Name, first)
+	if r.OnRestart != nil {
+		r.OnRestart(a.Name)
+	}
+}
+
+func serverName(a *v1alpha1.PillarAgent, endpoint string) string {
+	if a.Spec.TLS != nil && a.Spec.TLS.ServerName != "" {
+		return a.Spec.TLS.ServerName
+	}
+	return hostOf(endpoint)
+}
+
+// tlsSecret names the agent's TLS Secret for messages.
+func tlsSecret(a *v1alpha1.PillarAgent) string {
+	if a.Spec.TLS == nil {
+		return "no Secret (spec.tls is not set: the controller speaks plaintext)"
+	}
+	return fmt.Sprintf("Secret %s/%s", a.Spec.TLS.SecretRef.Namespace, a.Spec.TLS.SecretRef.Name)
+}
+
+// backoff spaces the retries of an object that is not ready: 1 s, 2 s, 4 s
+// ... up to 5 minutes; the health watch cuts the wait short when an agent
+// comes back.
+type backoff struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (b *backoff) next(name string) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.n == nil {
+		b.n = map[string]int{}
+	}
+	n := min(b.n[name]+1, 10)
+	b.n[name] = n
+	return min(time.Second<<(n-1), 5*time.Minute)
+}
+
+func (b *backoff) forget(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.n, name)
+}

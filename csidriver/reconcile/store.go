@@ -1,0 +1,172 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
+)
+
+// Reasons of a PillarStore's Ready condition.
+const (
+	ReasonStoreAvailable = "Available"
+	ReasonAgentNotFound  = "AgentNotFound"
+	ReasonAgentNotReady  = "AgentNotReady"
+	ReasonPoolMissing    = "PoolMissing"
+	ReasonBackendMissing = "BackendToolsMissing"
+	ReasonCapacityFailed = "CapacityFailed"
+)
+
+// +kubebuilder:rbac:groups=pillar-csi.io,resources=pillarstores,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=pillar-csi.io,resources=pillarstores/status,verbs=get;update;patch
+
+// StoreReconciler keeps a PillarStore's capacity and Ready condition true
+// to what its agent reports, refreshing every Refresh and whenever its
+// agent changes.
+type StoreReconciler struct {
+	Client    client.Client
+	Connector *Connector
+	Recorder  events.EventRecorder
+	Metrics   *Metrics
+	Refresh   time.Duration
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var s v1alpha1.PillarStore
+	if err := r.Client.Get(ctx, req.NamespacedName, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.forgetStore(req.Name)
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	if !s.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	before := s.Status.DeepCopy()
+	v := r.observe(ctx, &s)
+	transition := setReady(&s.Status.Conditions, v, s.Generation)
+	s.Status.ObservedGeneration = s.Generation
+	if err := writeStatus(ctx, r.Client, &s, before, &s.Status); err != nil {
+		return ctrl.Result{}, err
+	}
+	if transition {
+		announce(r.Recorder, &s, v)
+	}
+	return ctrl.Result{RequeueAfter: r.Refresh}, nil
+}
+
+// storeImmutables are the fields the CRD's CEL rules freeze.
+func storeImmutables(s *v1alpha1.PillarStore) []immutable {
+	f := []immutable{{path: "spec.agentName", value: string(s.Spec.AgentName)}, {path: "spec.type", value: string(s.Spec.Type)}}
+	if z := s.Spec.ZFS; z != nil {
+		f = append(f, immutable{path: "spec.zfs.pool", value: z.Pool}, immutable{path: "spec.zfs.parentDataset", value: z.ParentDataset})
+	}
+	if l := s.Spec.LVM; l != nil {
+		f = append(f, immutable{path: "spec.lvm.volumeGroup", value: l.VolumeGroup}, immutable{path: "spec.lvm.thinPool", value: l.ThinPool})
+	}
+	return f
+}
+
+func (r *StoreReconciler) observe(ctx context.Context, s *v1alpha1.PillarStore) verdict {
+	st := agentclient.StoreFor(s)
+	if st == nil {
+		return notReady(ReasonInvalidSpec, "spec.type is %q but spec.%s is not set: set exactly the section of the type", s.Spec.Type, map[v1alpha1.BackendType]string{v1alpha1.BackendZFS: "zfs", v1alpha1.BackendLVM: "lvm"}[s.Spec.Type])
+	}
+	if s.Spec.ZFS != nil && s.Spec.LVM != nil {
+		return notReady(ReasonInvalidSpec, "both spec.zfs and spec.lvm are set: keep only the section of spec.type %q", s.Spec.Type)
+	}
+	if viol, rec := checkImmutable(s, storeImmutables(s)); len(viol) > 0 {
+		return refuseChange("PillarStore", viol)
+	} else if rec != "" {
+		if err := recordAccepted(ctx, r.Client, s, rec); err != nil {
+			return notReady("UpdateFailed", "cannot record the accepted spec: %v", err)
+		}
+	}
+	var a v1alpha1.PillarAgent
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: string(s.Spec.AgentName)}, &a); err != nil {
+		if apierrors.IsNotFound(err) {
+			return notReady(ReasonAgentNotFound, "PillarAgent %q does not exist: create it, or correct spec.agentName", s.Spec.AgentName)
+		}
+		return notReady(ReasonAgentNotFound, "cannot read PillarAgent %q: %v", s.Spec.AgentName, err)
+	}
+	if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != "True" {
+		why := "it has not been reached yet"
+		if c != nil {
+			why = fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+		return notReady(ReasonAgentNotReady, "PillarAgent %q is not ready (%s)", a.Name, why)
+	}
+	conn, err := r.Connector.Connect(ctx, &a)
+	if err != nil {
+		return notReady(ReasonAgentNotReady, "PillarAgent %q: %v", a.Name, err)
+	}
+	resp, err := conn.Agent.GetCapacity(ctx, &agentv1.GetCapacityRequest{Store: st})
+	if err != nil {
+		msg := status.Convert(err).Message()
+		switch status.Code(err) {
+		case codes.FailedPrecondition, codes.NotFound:
+			return notReady(ReasonPoolMissing, "the agent on %q reports: %s; create the %s on the storage node or correct the PillarStore", a.Name, msg, poolWord(s))
+		case codes.Unimplemented:
+			return notReady(ReasonBackendMissing, "the agent on %q reports: %s; install the %s tools and kernel module on the storage node", a.Name, msg, s.Spec.Type)
+		case codes.InvalidArgument:
+			return notReady(ReasonInvalidSpec, "the agent refuses the store configuration: %s", msg)
+		case codes.Unavailable, codes.DeadlineExceeded:
+			return notReady(ReasonAgentNotReady, "PillarAgent %q did not answer: %s", a.Name, msg)
+		}
+		return notReady(ReasonCapacityFailed, "the agent on %q could not report the capacity: %s: %s", a.Name, status.Code(err), msg)
+	}
+	s.Status.Capacity = &v1alpha1.StoreCapacity{TotalBytes: resp.GetTotalBytes(), AvailableBytes: resp.GetAvailableBytes()}
+	r.Metrics.setStore(s.Name, resp.GetTotalBytes(), resp.GetAvailableBytes())
+	return ready(ReasonStoreAvailable, "%s of %s available on %s", bytesString(resp.GetAvailableBytes()), bytesString(resp.GetTotalBytes()), poolName(s))
+}
+
+func poolWord(s *v1alpha1.PillarStore) string {
+	if s.Spec.Type == v1alpha1.BackendZFS {
+		return "zpool"
+	}
+	if s.Spec.LVM != nil && s.Spec.LVM.ThinPool != "" {
+		return "volume group and thin pool"
+	}
+	return "volume group"
+}
+
+func poolName(s *v1alpha1.PillarStore) string {
+	if z := s.Spec.ZFS; z != nil {
+		if z.ParentDataset != "" {
+			return "zfs " + z.Pool + "/" + z.ParentDataset
+		}
+		return "zfs " + z.Pool
+	}
+	if l := s.Spec.LVM; l != nil && l.ThinPool != "" {
+		return "lvm " + l.VolumeGroup + "/" + l.ThinPool
+	}
+	return "lvm " + s.Spec.LVM.VolumeGroup
+}
+
+// bytesString is a size for people: 1.5 GiB.
+func bytesString(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit && exp < 5; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}
