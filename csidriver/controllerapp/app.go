@@ -81,6 +81,9 @@ type Options struct {
 	StoreRefresh time.Duration
 	// GracefulShutdown bounds the wait for running reconciles on SIGTERM.
 	GracefulShutdown time.Duration
+	// OnAgentRestart is called with an agent's name when a new agent
+	// instance is seen (reconcile.AgentReconciler.OnRestart).
+	OnAgentRestart func(agent string)
 	// Version is reported in pillar_controller_build_info.
 	Version string
 	// Logger receives every log line (controller-runtime's and
@@ -171,9 +174,10 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		return nil, err
 	}
 	ctrls, err := reconcile.Setup(mgr, reconcile.Options{
-		AgentRefresh: opts.AgentRefresh,
-		StoreRefresh: opts.StoreRefresh,
-		Metrics:      m,
+		AgentRefresh:   opts.AgentRefresh,
+		StoreRefresh:   opts.StoreRefresh,
+		OnAgentRestart: opts.OnAgentRestart,
+		Metrics:        m,
 		Pool: agentclient.Options{
 			CallTimeout: opts.AgentCallTimeout,
 			Logger:      log,

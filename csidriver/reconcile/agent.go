@@ -77,13 +77,20 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	before := a.Status.DeepCopy()
 	v, info := r.observe(ctx, &a)
+	var restart func()
 	if info != nil {
-		r.noteInstance(&a, info)
+		restart = r.noteInstance(&a, info)
 	}
 	transition := setReady(&a.Status.Conditions, v, a.Generation)
 	a.Status.ObservedGeneration = a.Generation
+	// A status write that fails (a stale cache, a conflict) is retried
+	// from a fresh read; the restart is announced once, after the write
+	// that recorded the new instance.
 	if err := writeStatus(ctx, r.Client, &a, before, &a.Status); err != nil {
-		return ctrl.Result{}, err
+		return result(err)
+	}
+	if restart != nil {
+		restart()
 	}
 	if transition {
 		announce(r.Recorder, &a, v)
@@ -140,16 +147,17 @@ func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) 
 	return ready(ReasonAgentReady, "agent %s on node %q answers at %s", info.GetAgentVersion(), info.GetNodeName(), conn.Endpoint()), info
 }
 
-// noteInstance records the agent's instance and boot IDs and reports a new
-// instance.
-func (r *AgentReconciler) noteInstance(a *v1alpha1.PillarAgent, info *agentv1.GetAgentInfoResponse) {
+// noteInstance records the agent's instance and boot IDs in the status.
+// For a new instance it returns what announces it (events, metric,
+// OnRestart), to run once the status is written; nil otherwise.
+func (r *AgentReconciler) noteInstance(a *v1alpha1.PillarAgent, info *agentv1.GetAgentInfoResponse) func() {
 	id, boot := info.GetInstanceId(), info.GetBootId()
 	if id == "" {
 		// An agent older than the field: the boot ID (if any) stands in.
 		id = boot
 	}
 	if id == "" || id == a.Status.InstanceID {
-		return
+		return nil
 	}
 	first := a.Status.InstanceID == ""
 	rebooted := a.Status.BootID != "" && boot != "" && boot != a.Status.BootID
@@ -160,18 +168,21 @@ func (r *AgentReconciler) noteInstance(a *v1alpha1.PillarAgent, info *agentv1.Ge
 	}
 	t := metav1.NewTime(now())
 	a.Status.LastRestartTime = &t
-	if !first && r.Recorder != nil {
-		if rebooted {
-			r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "NodeRebooted", "Reconcile",
-				"storage node %q rebooted (boot ID %s); pushing the desired exports back", info.GetNodeName(), boot)
-		} else {
-			r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "AgentRestarted", "Reconcile",
-				"pillar-agent restarted (instance %s); pushing the desired exports back", id)
+	node := info.GetNodeName()
+	return func() {
+		if !first && r.Recorder != nil {
+			if rebooted {
+				r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "NodeRebooted", "Reconcile",
+					"storage node %q rebooted (boot ID %s); pushing the desired exports back", node, boot)
+			} else {
+				r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "AgentRestarted", "Reconcile",
+					"pillar-agent restarted (instance %s); pushing the desired exports back", id)
+			}
 		}
-	}
-	r.Metrics.countRestart(a.Name, first)
-	if r.OnRestart != nil {
-		r.OnRestart(a.Name)
+		r.Metrics.countRestart(a.Name, first)
+		if r.OnRestart != nil {
+			r.OnRestart(a.Name)
+		}
 	}
 }
 

@@ -63,7 +63,7 @@ func (r *ProtocolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	transition := setReady(&p.Status.Conditions, v, p.Generation)
 	p.Status.ObservedGeneration = p.Generation
 	if err := writeStatus(ctx, r.Client, &p, before, &p.Status); err != nil {
-		return ctrl.Result{}, err
+		return result(err)
 	}
 	if transition {
 		announce(r.Recorder, &p, v)

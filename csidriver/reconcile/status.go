@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
@@ -146,4 +149,20 @@ func refuseChange(kind string, violations []string) verdict {
 func sortedUnique(names []string) []string {
 	slices.Sort(names)
 	return slices.Compact(names)
+}
+
+// conflictRetry is how soon a reconcile that lost a race (an update
+// against a stale cache, a create that met an object made meanwhile) runs
+// again.
+const conflictRetry = 200 * time.Millisecond
+
+// result turns a reconcile's error into its result: a lost race is retried
+// soon, quietly (it is the normal effect of a cache a moment behind the
+// API server); any other error goes to controller-runtime, which logs it
+// and retries with backoff.
+func result(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, err
 }

@@ -62,24 +62,24 @@ func (r *StorageClassReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !p.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.finalize(ctx, &p)
+		return result(r.finalize(ctx, &p))
 	}
 	if !controllerutil.ContainsFinalizer(&p, Finalizer) {
 		patch := client.MergeFrom(p.DeepCopy())
 		controllerutil.AddFinalizer(&p, Finalizer)
 		if err := r.Client.Patch(ctx, &p, patch); err != nil {
-			return ctrl.Result{}, err
+			return result(err)
 		}
 	}
 	before := p.Status.DeepCopy()
 	v, err := r.sync(ctx, &p)
 	if err != nil {
-		return ctrl.Result{}, err
+		return result(err)
 	}
 	transition := setReady(&p.Status.Conditions, v, p.Generation)
 	p.Status.ObservedGeneration = p.Generation
 	if err := writeStatus(ctx, r.Client, &p, before, &p.Status); err != nil {
-		return ctrl.Result{}, err
+		return result(err)
 	}
 	if transition {
 		announce(r.Recorder, &p, v)

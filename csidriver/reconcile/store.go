@@ -61,7 +61,7 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	transition := setReady(&s.Status.Conditions, v, s.Generation)
 	s.Status.ObservedGeneration = s.Generation
 	if err := writeStatus(ctx, r.Client, &s, before, &s.Status); err != nil {
-		return ctrl.Result{}, err
+		return result(err)
 	}
 	if transition {
 		announce(r.Recorder, &s, v)
