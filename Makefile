@@ -50,8 +50,25 @@ ldflags.kube-apiserver = -X k8s.io/component-base/version.gitVersion=$(K8S_VERSI
 
 TOOL_BINS := $(addprefix $(BIN)/,$(TOOLS))
 
+# The oldest Kubernetes pillar-csi supports: kube-apiserver of the release
+# pinned in $(FLOOR_DIR)/go.mod, built from a module of its own (its
+# dependency graph cannot share a build list with the current release).
+# 1.24 serves /version from client-go's version package, so both are
+# stamped.
+FLOOR_DIR     := tests/tools/oldkube
+FLOOR_VERSION = $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3; exit }' $(FLOOR_DIR)/go.mod)
+FLOOR_APISERVER := $(BIN)/kube-apiserver-floor
+version-ldflags = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(1) \
+	-X $(p).gitMajor=$(word 2,$(subst ., ,$(1:v%=x.%))) -X $(p).gitMinor=$(word 3,$(subst ., ,$(1:v%=x.%))) \
+	-X $(p).gitTreeState=clean -X $(p).buildDate=1970-01-01T00:00:00Z)
+
 .PHONY: tools
-tools: $(TOOL_BINS) ## Build every pinned tool into bin/ (idempotent; a warm run takes seconds)
+tools: $(TOOL_BINS) $(FLOOR_APISERVER) ## Build every pinned tool into bin/ (idempotent; a warm run takes seconds)
+
+$(FLOOR_APISERVER): $(FLOOR_DIR)/go.mod $(FLOOR_DIR)/go.sum
+	@echo ">> building kube-apiserver $(FLOOR_VERSION) (the oldest Kubernetes supported)"
+	cd $(FLOOR_DIR) && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags '-s -w $(call version-ldflags,$(FLOOR_VERSION))' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
+	@touch $@
 
 # A tool is rebuilt only when the tools module changes. `touch` because
 # `go build` leaves an up-to-date binary untouched.
@@ -84,11 +101,13 @@ TESTFLAGS ?=
 export PILLAR_FENCING_CRASH_KILLS ?= $(if $(CI),1000,50)
 
 .PHONY: test
-test: $(BIN)/kube-apiserver $(BIN)/etcd ## Run every module's tests (GOWORK=off), including the real API-server suites
+test: $(BIN)/kube-apiserver $(BIN)/etcd $(FLOOR_APISERVER) ## Run every module's tests (GOWORK=off), including the real API-server suites, and pillar-controller's on the oldest Kubernetes
 	@failed=; for m in $(MODULES); do \
 		echo ">> go test $$m"; \
 		(cd $$m && GOWORK=off go test $(TESTFLAGS) ./...) || failed="$$failed $$m"; \
 	done; \
+	echo ">> go test csidriver/controllerapp against kube-apiserver $(FLOOR_VERSION)"; \
+	(cd csidriver && PILLAR_TEST_KUBE_APISERVER=$(FLOOR_APISERVER) GOWORK=off go test -count=1 $(TESTFLAGS) ./controllerapp/) || failed="$$failed csidriver/controllerapp@$(FLOOR_VERSION)"; \
 	if [ -n "$$failed" ]; then echo "make test: tests failed in:$$failed" >&2; exit 1; fi
 
 # The kernel lab's command; `go build` decides whether it is stale.
