@@ -1,0 +1,146 @@
+package agentclient_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
+)
+
+func TestClientTLS(t *testing.T) {
+	pki, err := fakeagent.NewPKI("ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, err := pki.Issue("controller", false, nil, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, expiredKey, err := pki.Issue("controller", false, nil, time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherKey, err := pki.Issue("other", false, nil, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := map[string][]byte{"ca.crt": pki.CAPEM, "tls.crt": crt, "tls.key": key}
+	with := func(k string, v []byte) map[string][]byte {
+		m := map[string][]byte{}
+		for kk, vv := range good {
+			m[kk] = vv
+		}
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+		return m
+	}
+	cfg, digest, err := agentclient.ClientTLS(good, "", "10.0.0.7:9420", time.Now())
+	if err != nil || cfg.ServerName != "10.0.0.7" || len(cfg.Certificates) != 1 || digest == "" {
+		t.Fatalf("good material: %v, %v", cfg, err)
+	}
+	if cfg2, _, _ := agentclient.ClientTLS(good, "agent.example", "10.0.0.7:9420", time.Now()); cfg2.ServerName != "agent.example" {
+		t.Errorf("serverName = %q", cfg2.ServerName)
+	}
+	if _, d2, _ := agentclient.ClientTLS(with("tls.crt", crt), "", "10.0.0.7:9420", time.Now()); d2 != digest {
+		t.Error("the same material must have the same digest")
+	}
+	rotated, rkey, _ := pki.Issue("controller", false, nil, time.Time{})
+	if _, d3, err := agentclient.ClientTLS(map[string][]byte{"ca.crt": pki.CAPEM, "tls.crt": rotated, "tls.key": rkey}, "", "10.0.0.7:9420", time.Now()); err != nil || d3 == digest {
+		t.Errorf("rotated material: digest unchanged or %v", err)
+	}
+	for _, c := range []struct {
+		data map[string][]byte
+		key  string
+		says string
+	}{
+		{with("ca.crt", nil), "ca.crt", "missing"},
+		{with("tls.key", []byte{}), "tls.key", "missing"},
+		{with("ca.crt", []byte("not pem")), "ca.crt", "no PEM"},
+		{with("tls.key", otherKey), "tls.crt/tls.key", "does not match"},
+		{map[string][]byte{"ca.crt": pki.CAPEM, "tls.crt": expired, "tls.key": expiredKey}, "tls.crt", "expired"},
+	} {
+		_, _, err := agentclient.ClientTLS(c.data, "", "10.0.0.7:9420", time.Now())
+		var me *agentclient.MaterialError
+		if !errors.As(err, &me) || me.Key != c.key || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("ClientTLS(%s) = %v, want a MaterialError for %s saying %q", c.key, err, c.key, c.says)
+		}
+	}
+}
+
+func TestPool(t *testing.T) {
+	fa, err := fakeagent.Start(fakeagent.Options{NodeName: "n1", Version: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Stop()
+	notified := make(chan string, 16)
+	p := agentclient.NewPool(agentclient.Options{CallTimeout: 2 * time.Second, Notify: func(n string) { notified <- n }})
+	defer p.Close()
+
+	c1, err := p.Get("a", agentclient.Target{Address: fa.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2, _ := p.Get("a", agentclient.Target{Address: fa.Addr()}); c2 != c1 {
+		t.Error("the same target must reuse the connection")
+	}
+	info, err := c1.Agent.GetAgentInfo(context.Background(), &agentv1.GetAgentInfoRequest{})
+	if err != nil || info.GetNodeName() != "n1" {
+		t.Fatalf("GetAgentInfo = %v, %v", info, err)
+	}
+	select {
+	case n := <-notified:
+		if n != "a" {
+			t.Errorf("notified %q", n)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no health notification")
+	}
+	if h := c1.Health(); !h.Known || !h.Serving {
+		t.Errorf("health = %+v", h)
+	}
+	fa.Stop()
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stopped agent was not noticed")
+	}
+	if h := c1.Health(); h.Serving || h.Err == nil {
+		t.Errorf("health after stop = %+v", h)
+	}
+	// Every call has a deadline, even with a context that has none.
+	start := time.Now()
+	_, err = c1.Agent.GetCapacity(context.Background(), &agentv1.GetCapacityRequest{}, waitForReady())
+	if status.Code(err) != codes.DeadlineExceeded || time.Since(start) > 4*time.Second {
+		t.Errorf("call to a stopped agent: %v after %v, want DeadlineExceeded after the 2s call timeout", err, time.Since(start))
+	}
+	// A new target replaces the connection.
+	c3, err := p.Get("a", agentclient.Target{Address: "127.0.0.1:1"})
+	if err != nil || c3 == c1 || c3.Endpoint() != "127.0.0.1:1" {
+		t.Errorf("new target: %v, %v", c3, err)
+	}
+	p.Forget("a")
+	if _, ok := p.Lookup("a"); ok {
+		t.Error("Forget left the connection")
+	}
+	p.Close()
+	if _, err := p.Get("b", agentclient.Target{Address: fa.Addr()}); err == nil {
+		t.Error("Get after Close succeeded")
+	}
+}
+
+// waitForReady makes the call wait for a connection (instead of failing
+// fast), so that only the deadline can end it.
+func waitForReady() grpc.CallOption { return grpc.WaitForReady(true) }
