@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -13,19 +12,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/controllerapp"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/envtestsuite"
 )
 
 // The tests of this package run pillar-controller against a real
@@ -34,25 +24,22 @@ import (
 // fails a test), talking gRPC to in-process agents (package fakeagent).
 //
 // PILLAR_TEST_KUBE_APISERVER names another kube-apiserver binary, e.g. the
-// 1.24 one of `make tools-oldkube`, to run the same suite against it.
+// oldest supported one (`make tools` builds bin/kube-apiserver-floor), to
+// run the same suite against it.
 
 const (
-	namespace   = "pillar-csi"
-	leaseID     = "pillar-controller-test"
-	controllerU = "system:serviceaccount:pillar-csi:pillar-controller"
+	namespace = envtestsuite.Namespace
+	leaseID   = "pillar-controller-test"
 )
 
 var (
-	env        *envtest.Environment
+	cluster    *envtestsuite.Cluster
 	admin      client.Client
-	scheme     = runtime.NewScheme()
-	userConfig *rest.Config
 	kubeconfig string // of the controller's user, for the binary
 	serverVer  int    // the API server's minor version
 	logs       = &syncBuffer{}
 
-	// The in-process controller of most tests; the leader-election test
-	// stops it last.
+	// The in-process controller of most tests.
 	stopApp    context.CancelFunc
 	appDone    chan error
 	metricsURL string
@@ -64,156 +51,28 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	for _, b := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, b)); err != nil {
-			// Fail, never skip: a suite that silently does not run proves
-			// nothing.
-			fmt.Fprintf(os.Stderr, "FAIL: the API-server suite needs kube-apiserver and etcd in $KUBEBUILDER_ASSETS (%q): %v\n"+
-				"Run `make tools` at the repository root; `make test` sets KUBEBUILDER_ASSETS.\n", assets, err)
-			return 1
-		}
-	}
-	must := func(err error) {
-		if err != nil {
-			panic(err)
-		}
-	}
-	must(clientgoscheme.AddToScheme(scheme))
-	must(v1alpha1.AddToScheme(scheme))
-	env = &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "api", "config", "crd")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-	}
-	if p := os.Getenv("PILLAR_TEST_KUBE_APISERVER"); p != "" {
-		env.ControlPlane.GetAPIServer().Path = p
-	}
-	cfg, err := env.Start()
+	var err error
+	cluster, err = envtestsuite.Start(filepath.Join("..", "..", "api", "config", "crd"), filepath.Join("..", "config", "rbac", "role.yaml"))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: starting kube-apiserver and etcd: %v\n", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
-	cfg.WarningHandler = rest.NoWarnings{}
-	if admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		// Fail, never skip: a suite that silently does not run proves
+		// nothing.
 		fmt.Fprintln(os.Stderr, "FAIL:", err)
 		return 1
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
-	}
-	v, err := dc.ServerVersion()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: server version:", err)
-		return 1
-	}
-	fmt.Sscan(v.Minor, &serverVer)
-	fmt.Fprintf(os.Stderr, "kube-apiserver %s\n", v.GitVersion)
-	if err := setupRBAC(context.Background()); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: RBAC:", err)
-		return 1
-	}
-	user, err := env.AddUser(envtest.User{Name: controllerU}, cfg)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: user:", err)
-		return 1
-	}
-	userConfig = user.Config()
-	userConfig.WarningHandler = rest.NoWarnings{}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL: kubeconfig:", err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "pillar-controller-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
-	}
+	defer cluster.Stop()
+	admin, kubeconfig, serverVer = cluster.Admin, cluster.Kubeconfig, cluster.Minor
+	fmt.Fprintf(os.Stderr, "kube-apiserver %s\n", cluster.Version)
 	if err := startApp(); err != nil {
 		fmt.Fprintln(os.Stderr, "FAIL: pillar-controller:", err)
 		return 1
 	}
 	code := m.Run()
-	if stopApp != nil {
-		stopApp()
-		<-appDone
-	}
+	stopApp()
+	<-appDone
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "---- pillar-controller log ----\n%s", logs.String())
 	}
 	return code
-}
-
-// setupRBAC installs config/rbac (the ClusterRole, and the Role in the
-// controller's namespace) and binds both to the controller's user.
-func setupRBAC(ctx context.Context) error {
-	if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		return err
-	}
-	raw, err := os.ReadFile(filepath.Join("..", "config", "rbac", "role.yaml"))
-	if err != nil {
-		return err
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	subject := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: controllerU}}
-	for {
-		var u map[string]any
-		if err := dec.Decode(&u); err == io.EOF {
-			break
-		} else if err != nil {
-			return err
-		}
-		if u == nil {
-			continue
-		}
-		switch u["kind"] {
-		case "ClusterRole":
-			var r rbacv1.ClusterRole
-			if err := convert(u, &r); err != nil {
-				return err
-			}
-			if err := admin.Create(ctx, &r); err != nil {
-				return err
-			}
-			if err := admin.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: r.Name}, Subjects: subject,
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: r.Name}}); err != nil {
-				return err
-			}
-		case "Role":
-			var r rbacv1.Role
-			if err := convert(u, &r); err != nil {
-				return err
-			}
-			if r.Namespace != namespace {
-				return fmt.Errorf("Role %s is in namespace %q, want %q", r.Name, r.Namespace, namespace)
-			}
-			if err := admin.Create(ctx, &r); err != nil {
-				return err
-			}
-			if err := admin.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: namespace}, Subjects: subject,
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: r.Name}}); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("unexpected kind %v in role.yaml", u["kind"])
-		}
-	}
-	return nil
-}
-
-func convert(u map[string]any, out any) error {
-	return runtime.DefaultUnstructuredConverter.FromUnstructured(u, out)
 }
 
 // testOptions are the controller's options in these tests: short lease
@@ -238,7 +97,7 @@ func startApp() error {
 	if err != nil {
 		return err
 	}
-	app, err := controllerapp.New(userConfig, testOptions(addr), nil)
+	app, err := controllerapp.New(cluster.User, testOptions(addr), nil)
 	if err != nil {
 		return err
 	}
