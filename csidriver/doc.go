@@ -13,16 +13,28 @@
 //     the kernel and initiator behaviour it handles.
 //   - server: gRPC serving on the CSI endpoint with one logging
 //     interceptor.
-//   - cmd/pillar-node: the binary.
-//   - internal/nvmeof (initiator through /dev/nvme-fabrics and sysfs),
+//   - reconcile: pillar-controller's reconcilers of the configuration
+//     CRDs (PillarAgent, PillarStore, PillarProtocol, PillarStorageClass)
+//     and the Connector that reaches an agent; the RBAC they need is
+//     generated from their markers into config/rbac (make generate).
+//   - controllerapp: pillar-controller's manager: leader election on a
+//     Lease, health and readiness, one /metrics; its tests run it against a
+//     real kube-apiserver under the generated RBAC, on the current and the
+//     oldest supported Kubernetes.
+//   - cmd/pillar-node, cmd/pillar-controller: the binaries.
+//   - internal/agentclient (one gRPC connection per agent: deadlines,
+//     keepalives, health watch, TLS from a Secret), internal/fakeagent (an
+//     in-process agent for the controller's tests), internal/envtestsuite
+//     (the API server of those tests and benchmarks), internal/nvmeof (initiator through /dev/nvme-fabrics and sysfs),
 //     internal/stage (atomic stage records). External commands run
 //     through the backends module's command runner (deadline, LC_ALL=C,
 //     process-group kill, exit code and stderr in the error), the same
 //     one pillar-agent uses for zfs and lvm.
 //
-// The Controller service (pillar-controller) will join as package
-// controller and cmd/pillar-controller, sharing driver, identity and
-// server. The node⇄controller contract (volume context keys, node ID
+// The CSI Controller service will join pillar-controller as package
+// controller, sharing driver, identity, server and reconcile's Connector
+// (whose restart hook tells it to push an agent's desired exports back).
+// The node⇄controller contract (volume context keys, node ID
 // format) lives in api/export.
 //
 // csi-sanity runs against this module, in-process with fakes and against
@@ -30,7 +42,8 @@
 //
 // Allowed dependencies: the Go standard library, golang.org/x/sys,
 // github.com/container-storage-interface/spec, google.golang.org/grpc,
-// sigs.k8s.io/controller-runtime and the Kubernetes client libraries,
+// sigs.k8s.io/controller-runtime and the Kubernetes client libraries
+// (with their logr, klog and Prometheus client),
 // k8s.io/mount-utils, github.com/google/renameio/v2,
 // github.com/hashicorp/go-multierror, and the pillar-csi modules api,
 // fencing and backends (its command runner). Never another module's internal packages.
