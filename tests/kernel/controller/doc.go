@@ -16,16 +16,19 @@
 //     used,available` says of its parent dataset, and an LVM thin
 //     PillarStore's what `lvs` says of its thin pool less the virtual size
 //     of the thin LVs already in it (the agent's overcommit rule at ratio
-//     1); an LVM linear store's what `vgs` says of its volume group;
+//     1);
 //   - SIGKILL of the agent turns the PillarAgent not Ready (Unreachable);
 //     the restarted agent is Ready again with a new instance ID, the same
 //     boot ID, and an AgentRestarted event about the PillarAgent;
 //   - with mutual TLS on the agent (a CA, a server certificate for
 //     127.0.0.1 and a client certificate made by the test), a PillarAgent
 //     whose Secret does not exist yet is not Ready (TLSSecretMissing), and
-//     is Ready once the Secret with ca.crt, tls.crt and tls.key is created.
+//     is Ready once the Secret with ca.crt, tls.crt and tls.key is created,
+//     and an LVM linear store behind it has the capacity `vgs` reports for
+//     its volume group; the same
+//     agent refuses a plaintext client, so Ready is no plaintext fallback.
 //
-// The guest runs Go about 25 times slower than the host, so every wait is
-// minutes long; a failure logs the controller's and agents' logs, and the
+// The guest runs Go about 25 times slower than the host, so every wait
+// allows minutes; a failure logs the controller's and agents' logs, and the
 // objects and events as the API server has them.
 package controller
