@@ -25,8 +25,8 @@
 //     whose Secret does not exist yet is not Ready (TLSSecretMissing), and
 //     is Ready once the Secret with ca.crt, tls.crt and tls.key is created,
 //     and an LVM linear store behind it has the capacity `vgs` reports for
-//     its volume group; the same
-//     agent refuses a plaintext client, so Ready is no plaintext fallback.
+//     its volume group; the same agent refuses a plaintext client, so
+//     Ready is no plaintext fallback.
 //
 // The guest runs Go about 25 times slower than the host, so every wait
 // allows minutes; a failure logs the controller's and agents' logs, and the
