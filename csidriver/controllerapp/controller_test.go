@@ -136,6 +136,11 @@ func TestAgentMisconfigured(t *testing.T) {
 		wantContains(t, c.obj.Name+" message", cond.Message, c.says...)
 		waitEvent(t, c.obj.Name, c.reason, quick)
 	}
+	// The agent of another node is not taken for this object's agent: no
+	// instance recorded, no restart signalled.
+	if c := cases[1].obj; c.Status.InstanceID != "" || restarts.count(c.Name) != 0 {
+		t.Errorf("%s: instance %q recorded, %d restarts signalled; want none", c.Name, c.Status.InstanceID, restarts.count(c.Name))
+	}
 	for _, c := range cases {
 		deleteAndWait(t, c.obj)
 	}

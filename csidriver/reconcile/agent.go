@@ -135,8 +135,10 @@ func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) 
 	}
 	a.Status.AgentVersion = info.GetAgentVersion()
 	if a.Spec.NodeName != "" && info.GetNodeName() != "" && info.GetNodeName() != string(a.Spec.NodeName) {
+		// Not this object's agent: its instance is not recorded, so no
+		// export is ever pushed to it on this object's behalf.
 		return notReady(ReasonNodeMismatch, "the agent at %s runs on node %q, not on spec.nodeName %q: correct spec.address or spec.nodeName",
-			conn.Endpoint(), info.GetNodeName(), a.Spec.NodeName), info
+			conn.Endpoint(), info.GetNodeName(), a.Spec.NodeName), nil
 	}
 	if h := conn.Health(); h.Known && h.Err == nil && !h.Serving {
 		return notReady(ReasonNotServing, "the agent at %s answers but reports NOT_SERVING (not ready): see `kubectl logs` of pillar-agent on the node, or its /readyz", conn.Endpoint()), info
