@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
@@ -165,6 +166,9 @@ func TestResult(t *testing.T) {
 			t.Errorf("result(%v) = %v, %v; want a quiet retry", err, r, e)
 		}
 	}
+	if r, e := result(apierrors.NewNotFound(gr, "a")); e != nil || r.RequeueAfter != 0 {
+		t.Errorf("result(NotFound) = %v, %v; want to let it go", r, e)
+	}
 	other := errors.New("boom")
 	if _, e := result(other); e != other {
 		t.Errorf("result(boom) = %v", e)
@@ -187,5 +191,22 @@ func TestBytesString(t *testing.T) {
 		if got := bytesString(n); got != want {
 			t.Errorf("bytesString(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestAnnounce(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	obj := &v1alpha1.PillarStore{}
+	announce(rec, obj, pending(ReasonAgentNotReady, "not reached yet"))
+	announce(rec, obj, notReady(ReasonPoolMissing, "no pool"))
+	announce(rec, obj, ready(ReasonStoreAvailable, "ok"))
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	want := []string{"Warning PoolMissing no pool", "Normal Available ok"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events = %q, want %q (a pending state earns none)", got, want)
 	}
 }

@@ -26,6 +26,14 @@ type verdict struct {
 	ready   bool
 	reason  string
 	message string
+	// pending marks a state that is expected to pass by itself (the
+	// object a reference names has not been reconciled yet): it is shown
+	// in the condition but earns no Warning event.
+	pending bool
+}
+
+func pending(reason, format string, args ...any) verdict {
+	return verdict{reason: reason, message: fmt.Sprintf(format, args...), pending: true}
 }
 
 func ready(reason, format string, args ...any) verdict {
@@ -55,7 +63,7 @@ func setReady(conds *[]metav1.Condition, v verdict, generation int64) (transitio
 // announce records an event for a Ready transition: Normal when the object
 // became (or stays, with a new reason) ready, Warning otherwise.
 func announce(rec events.EventRecorder, obj runtime.Object, v verdict) {
-	if rec == nil {
+	if rec == nil || v.pending {
 		return
 	}
 	typ := corev1.EventTypeNormal
@@ -158,11 +166,16 @@ const conflictRetry = 200 * time.Millisecond
 
 // result turns a reconcile's error into its result: a lost race is retried
 // soon, quietly (it is the normal effect of a cache a moment behind the
-// API server); any other error goes to controller-runtime, which logs it
+// API server), an object deleted meanwhile is let go; any other error goes to controller-runtime, which logs it
 // and retries with backoff.
 func result(err error) (ctrl.Result, error) {
-	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+	switch {
+	case apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err):
 		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	case apierrors.IsNotFound(err):
+		// Deleted while it was being reconciled: the delete's own event
+		// reconciles it once more.
+		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, err
 }

@@ -175,12 +175,11 @@ func (r *StorageClassReconciler) references(ctx context.Context, p *v1alpha1.Pil
 		}
 		return notReady(ReasonStoreNotFound, "cannot read PillarStore %q: %v", p.Spec.StoreName, err)
 	}
-	if c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-		why := "not reconciled yet"
-		if c != nil {
-			why = c.Reason + ": " + c.Message
-		}
-		return notReady(ReasonStoreNotReady, "StorageClass %q is in place, but PillarStore %q is not ready (%s)", p.Name, s.Name, why)
+	switch c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); {
+	case c == nil:
+		return pending(ReasonStoreNotReady, "StorageClass %q is in place; PillarStore %q has not been reconciled yet", p.Name, s.Name)
+	case c.Status != metav1.ConditionTrue:
+		return notReady(ReasonStoreNotReady, "StorageClass %q is in place, but PillarStore %q is not ready (%s: %s)", p.Name, s.Name, c.Reason, c.Message)
 	}
 	var proto v1alpha1.PillarProtocol
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: string(p.Spec.ProtocolName)}, &proto); err != nil {
@@ -189,12 +188,11 @@ func (r *StorageClassReconciler) references(ctx context.Context, p *v1alpha1.Pil
 		}
 		return notReady(ReasonProtocolNotFound, "cannot read PillarProtocol %q: %v", p.Spec.ProtocolName, err)
 	}
-	if c := meta.FindStatusCondition(proto.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-		why := "not reconciled yet"
-		if c != nil {
-			why = c.Reason + ": " + c.Message
-		}
-		return notReady(ReasonProtocolNotReady, "StorageClass %q is in place, but PillarProtocol %q is not ready (%s)", p.Name, proto.Name, why)
+	switch c := meta.FindStatusCondition(proto.Status.Conditions, v1alpha1.ConditionReady); {
+	case c == nil:
+		return pending(ReasonProtocolNotReady, "StorageClass %q is in place; PillarProtocol %q has not been reconciled yet", p.Name, proto.Name)
+	case c.Status != metav1.ConditionTrue:
+		return notReady(ReasonProtocolNotReady, "StorageClass %q is in place, but PillarProtocol %q is not ready (%s: %s)", p.Name, proto.Name, c.Reason, c.Message)
 	}
 	return ready(ReasonInSync, "StorageClass %q provisions from PillarStore %q, exported with PillarProtocol %q", p.Name, s.Name, proto.Name)
 }

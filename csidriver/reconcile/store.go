@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -103,12 +104,13 @@ func (r *StoreReconciler) observe(ctx context.Context, s *v1alpha1.PillarStore) 
 		}
 		return notReady(ReasonAgentNotFound, "cannot read PillarAgent %q: %v", s.Spec.AgentName, err)
 	}
-	if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != "True" {
-		why := "it has not been reached yet"
-		if c != nil {
-			why = fmt.Sprintf("%s: %s", c.Reason, c.Message)
-		}
-		return notReady(ReasonAgentNotReady, "PillarAgent %q is not ready (%s)", a.Name, why)
+	switch c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady); {
+	case c == nil:
+		// The agent's reconcile is on its way; its status change wakes
+		// this store.
+		return pending(ReasonAgentNotReady, "PillarAgent %q has not been reached yet", a.Name)
+	case c.Status != metav1.ConditionTrue:
+		return notReady(ReasonAgentNotReady, "PillarAgent %q is not ready (%s: %s)", a.Name, c.Reason, c.Message)
 	}
 	conn, err := r.Connector.Connect(ctx, &a)
 	if err != nil {
