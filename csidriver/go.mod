@@ -57,6 +57,7 @@ require (
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/pillar-csi/pillar-csi/fencing v0.0.0
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
@@ -90,3 +91,5 @@ require (
 replace github.com/pillar-csi/pillar-csi/api => ../api
 
 replace github.com/pillar-csi/pillar-csi/backends => ../backends
+
+replace github.com/pillar-csi/pillar-csi/fencing => ../fencing

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/fencing"
 )
 
 // Capacity is a store's answer to GetCapacity: the sizes, or Err (a
@@ -40,6 +41,13 @@ type Agent struct {
 	stores   map[string]Capacity // by pool or volume group
 	instance string
 	calls    map[string]int
+
+	// Volumes (EnableVolumes).
+	marks   *fencing.Store
+	round   int64
+	volumes map[string]Volume
+	exports map[string]Export
+	fail    map[string]error
 
 	creds  credentials.TransportCredentials
 	addr   string

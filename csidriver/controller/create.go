@@ -1,0 +1,271 @@
+package controller
+
+import (
+	"context"
+	"net/netip"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+)
+
+// Keys the external-provisioner adds to CreateVolume's parameters with
+// --extra-create-metadata.
+const (
+	paramPVCName      = "csi.storage.k8s.io/pvc/name"
+	paramPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
+)
+
+// Annotations on a PillarVolumeState naming the claim it was created for,
+// for operators.
+const (
+	AnnotationPVCName      = "pillar-csi.io/pvc-name"
+	AnnotationPVCNamespace = "pillar-csi.io/pvc-namespace"
+)
+
+// CreateVolume writes the volume's record first, then has the agent create
+// the backend volume and export it, recording each step as the agent
+// confirms it, so that a retry after a crash at any point resumes from the
+// record instead of leaving an orphan.
+func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+	if req.GetName() == "" {
+		return nil, status.Error(codes.InvalidArgument, "name is required")
+	}
+	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q: %v", req.GetName(), err)
+	}
+	size, err := capacityFor(req.GetCapacityRange())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q: %v", req.GetName(), err)
+	}
+	if req.GetVolumeContentSource() != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q: snapshots and clones are not supported", req.GetName())
+	}
+	params := req.GetParameters()
+	storeName, protoName := params[v1alpha1.StorageClassParamStore], params[v1alpha1.StorageClassParamProtocol]
+	if storeName == "" || protoName == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %q: parameters %s and %s are required (a StorageClass generated from a PillarStorageClass has them)",
+			req.GetName(), v1alpha1.StorageClassParamStore, v1alpha1.StorageClassParamProtocol)
+	}
+	id := volumeIDFor(req.GetName())
+	unlock, err := s.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	var vol *v1alpha1.PillarVolumeState
+	err = s.retrying(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
+		if v == nil {
+			created, err := s.record(ctx, id, size, storeName, protoName, params)
+			if err != nil {
+				return err
+			}
+			v = created
+		} else if !v.DeletionTimestamp.IsZero() {
+			// An interrupted DeleteVolume or rollback: finish it, then
+			// let the CO retry into a new volume.
+			if err := s.teardown(ctx, v); err != nil {
+				return err
+			}
+			return errorf(codes.Aborted, id, "an earlier volume of this name was being deleted; it is gone now: retry")
+		} else if err := compatible(v, storeName, protoName, req.GetCapacityRange()); err != nil {
+			return err
+		}
+		var err error
+		vol, err = s.provision(ctx, v, req.GetCapacityRange())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	vc, err := s.volumeContext(ctx, vol)
+	if err != nil {
+		return nil, err
+	}
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: vol.Status.CapacityBytes, VolumeContext: vc}}, nil
+}
+
+// record creates the PillarVolumeState of a new volume, with the export
+// spec copied from the PillarProtocol, so that later changes of the
+// protocol leave this volume as it was made.
+func (s *Service) record(ctx context.Context, id string, size int64, storeName, protoName string, params map[string]string) (*v1alpha1.PillarVolumeState, error) {
+	var proto v1alpha1.PillarProtocol
+	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: protoName}, &proto); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, status.Errorf(codes.InvalidArgument, "volume %s: PillarProtocol %q does not exist", id, protoName)
+		}
+		return nil, errorf(codes.Unavailable, id, "reading PillarProtocol %q: %v", protoName, err)
+	}
+	t := proto.Spec.NVMeOFTCP
+	if t == nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: PillarProtocol %q has no nvmeofTCP section", id, protoName)
+	}
+	port := t.Port
+	if port == 0 {
+		port = v1alpha1.DefaultNVMeOFTCPPort
+	}
+	ident, err := export.For(id)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", id, err)
+	}
+	v := &v1alpha1.PillarVolumeState{
+		ObjectMeta: metav1.ObjectMeta{Name: id, Finalizers: []string{Finalizer}, Annotations: map[string]string{}},
+		Spec: v1alpha1.PillarVolumeStateSpec{
+			VolumeID:      id,
+			StoreName:     v1alpha1.ObjectName(storeName),
+			ProtocolName:  v1alpha1.ObjectName(protoName),
+			CapacityBytes: size,
+			Export: &v1alpha1.ExportSpec{BindAddress: t.BindAddress, Port: port, ACLEnabled: ptr.To(t.ACLEnabled == nil || *t.ACLEnabled),
+				SubsystemNQN: v1alpha1.NQN(ident.SubsystemNQN)},
+		},
+	}
+	if n := params[paramPVCName]; n != "" {
+		v.Annotations[AnnotationPVCName] = n
+		v.Annotations[AnnotationPVCNamespace] = params[paramPVCNamespace]
+	}
+	if err := s.cfg.Client.Create(ctx, v); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, errLostRace
+		}
+		return nil, errorf(codes.Unavailable, id, "writing the PillarVolumeState: %v", err)
+	}
+	s.log.Info("volume recorded", "volume_id", id, "store", storeName, "protocol", protoName, "bytes", size,
+		"pvc", v.Annotations[AnnotationPVCNamespace]+"/"+v.Annotations[AnnotationPVCName])
+	return v, nil
+}
+
+// compatible reports whether an existing record answers a repeated
+// CreateVolume: the same store and protocol and a size within the range.
+func compatible(v *v1alpha1.PillarVolumeState, store, proto string, r *csi.CapacityRange) error {
+	switch {
+	case string(v.Spec.StoreName) != store:
+		return status.Errorf(codes.AlreadyExists, "volume %s exists in store %q, not %q", v.Name, v.Spec.StoreName, store)
+	case v.Spec.ProtocolName != "" && string(v.Spec.ProtocolName) != proto:
+		return status.Errorf(codes.AlreadyExists, "volume %s exists with protocol %q, not %q", v.Name, v.Spec.ProtocolName, proto)
+	case !fits(v.Spec.CapacityBytes, r):
+		return status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, outside the requested range %d..%d",
+			v.Name, v.Spec.CapacityBytes, r.GetRequiredBytes(), r.GetLimitBytes())
+	}
+	return nil
+}
+
+// provision runs the steps the record does not show as done yet.
+func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, r *csi.CapacityRange) (*v1alpha1.PillarVolumeState, error) {
+	if v.Spec.Export == nil {
+		return nil, errorf(codes.FailedPrecondition, v.Name, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as the README's recovery procedure says")
+	}
+	_, store, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+	if err != nil {
+		return nil, err
+	}
+	if !v.Status.BackendCreated {
+		tok, err := s.issue(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := conn.Agent.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store, CapacityBytes: v.Spec.CapacityBytes})
+		if err != nil {
+			return nil, agentError(v.Name, "CreateVolume", err)
+		}
+		v.Status.BackendCreated, v.Status.CapacityBytes = true, resp.GetVolume().GetCapacityBytes()
+		if err := s.writeStatus(ctx, v, "BackendCreated", "the backend volume exists"); err != nil {
+			return nil, err
+		}
+		s.storeChanged(v.Spec.StoreName)
+	}
+	if !fits(v.Status.CapacityBytes, r) {
+		// No CO deletes a volume whose creation failed: roll it back.
+		if err := s.cfg.Client.Delete(ctx, v); client404(err) != nil {
+			return nil, errorf(codes.Unavailable, v.Name, "rolling back: %v", err)
+		}
+		if err := s.retrying(ctx, v.Name, func(v *v1alpha1.PillarVolumeState) error {
+			if v == nil {
+				return nil
+			}
+			return s.teardown(ctx, v)
+		}); err != nil {
+			return nil, err
+		}
+		return nil, errorf(codes.OutOfRange, v.Name, "the backend rounds the size to %d bytes, outside the requested range %d..%d; the volume was rolled back",
+			v.Status.CapacityBytes, r.GetRequiredBytes(), r.GetLimitBytes())
+	}
+	if !v.Status.Exported {
+		tok, err := s.issue(ctx, v)
+		if err != nil {
+			return nil, err
+		}
+		e := v.Spec.Export
+		_, err = conn.Agent.ExportVolume(ctx, &agentv1.ExportVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store,
+			SubsystemNqn: string(e.SubsystemNQN),
+			Transport:    &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}})
+		if err != nil {
+			return nil, agentError(v.Name, "ExportVolume", err)
+		}
+		v.Status.Exported = true
+		if err := s.writeStatus(ctx, v, "Exported", "provisioned and exported"); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// writeStatus records a confirmed step. A lost race means the step's result
+// is not recorded yet: the caller re-reads and repeats the (idempotent)
+// agent call under a new token.
+func (s *Service) writeStatus(ctx context.Context, v *v1alpha1.PillarVolumeState, reason, msg string) error {
+	st := metav1.ConditionFalse
+	if v.Status.BackendCreated && v.Status.Exported {
+		st = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&v.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: v.Generation})
+	v.Status.ObservedGeneration = v.Generation
+	if err := s.cfg.Client.Status().Update(ctx, v); err != nil {
+		if apierrors.IsConflict(err) {
+			return errLostRace
+		}
+		return errorf(codes.Unavailable, v.Name, "recording %s: %v", reason, err)
+	}
+	return nil
+}
+
+// volumeContext is what pillar-node needs to connect: the target address
+// and port, the subsystem, and the protocol's connect options. An
+// unspecified bind address (every address of the node) is reached at the
+// agent's address.
+func (s *Service) volumeContext(ctx context.Context, v *v1alpha1.PillarVolumeState) (map[string]string, error) {
+	e := v.Spec.Export
+	addr, err := netip.ParseAddr(string(e.BindAddress))
+	if err != nil {
+		return nil, errorf(codes.FailedPrecondition, v.Name, "export bind address %q: %v", e.BindAddress, err)
+	}
+	var opts export.ConnectOptions
+	if v.Spec.ProtocolName != "" {
+		var p v1alpha1.PillarProtocol
+		if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: string(v.Spec.ProtocolName)}, &p); err == nil && p.Spec.NVMeOFTCP != nil && p.Spec.NVMeOFTCP.Connect != nil {
+			c := p.Spec.NVMeOFTCP.Connect
+			opts = export.ConnectOptions{CtrlLossTimeoutSeconds: c.CtrlLossTimeoutSeconds, ReconnectDelaySeconds: c.ReconnectDelaySeconds,
+				KeepAliveTimeoutSeconds: c.KeepAliveTimeoutSeconds, NrIOQueues: c.NrIOQueues, QueueSize: c.QueueSize}
+		}
+	}
+	if addr.IsUnspecified() {
+		_, _, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := cutPort(conn.Endpoint())
+		if addr, err = netip.ParseAddr(host); err != nil {
+			return nil, errorf(codes.FailedPrecondition, v.Name, "the export listens on every address and the agent's address %q is not an IP address: set the PillarProtocol's bindAddress", host)
+		}
+	}
+	return export.VolumeContext{Transport: export.TransportTCP, Address: addr, Port: uint16(e.Port), SubsystemNQN: string(e.SubsystemNQN), Connect: opts}.Map(), nil
+}

@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"net"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+)
+
+// DeleteVolume removes the export, then has the agent delete the backend
+// volume, which ends the volume's lifecycle in the agent's fencing mark;
+// only after the agent accepted that is the record let go. An unknown
+// volume is success.
+func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	}
+	unlock, err := s.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	err = s.retrying(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
+		if v == nil {
+			return nil
+		}
+		if len(v.Spec.Publications) > 0 {
+			return errorf(codes.FailedPrecondition, id, "the volume is still published to %s: unpublish it first", nodesOf(v))
+		}
+		if v.DeletionTimestamp.IsZero() {
+			// Mark the record deleted first: a concurrent CreateVolume
+			// of the same name then waits instead of reusing it.
+			if err := s.cfg.Client.Delete(ctx, v); client404(err) != nil {
+				return errorf(codes.Unavailable, id, "deleting the PillarVolumeState: %v", err)
+			}
+			return errLostRace // read it again, with its deletion timestamp
+		}
+		return s.teardown(ctx, v)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.DeleteVolumeResponse{}, nil
+}
+
+// teardown undoes what the record shows done, then drops the finalizer.
+func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) error {
+	_, store, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+	if err != nil {
+		return err
+	}
+	if v.Status.Exported && v.Spec.Export != nil {
+		tok, err := s.issue(ctx, v)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.Agent.UnexportVolume(ctx, &agentv1.UnexportVolumeRequest{FencingToken: tok, VolumeId: v.Name, SubsystemNqn: string(v.Spec.Export.SubsystemNQN)}); err != nil {
+			return agentError(v.Name, "UnexportVolume", err)
+		}
+		v.Status.Exported = false
+		if err := s.writeStatus(ctx, v, "Unexported", "being deleted: the export is removed"); err != nil {
+			return err
+		}
+	}
+	// DeleteVolume at the agent also when the record never saw the backend
+	// volume confirmed: a create may have reached the agent before the
+	// crash that kept its answer from being recorded. Its End leaves a
+	// tombstone that refuses such a create arriving late.
+	tok, err := s.issue(ctx, v)
+	if err != nil {
+		return err
+	}
+	if _, err := conn.Agent.DeleteVolume(ctx, &agentv1.DeleteVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store}); err != nil {
+		return agentError(v.Name, "DeleteVolume", err)
+	}
+	v.Status.BackendCreated = false
+	s.storeChanged(v.Spec.StoreName)
+	v.Finalizers = slices.DeleteFunc(v.Finalizers, func(f string) bool { return f == Finalizer })
+	if err := client404(s.cfg.Client.Update(ctx, v)); err != nil {
+		if apierrors.IsConflict(err) {
+			return errLostRace
+		}
+		return errorf(codes.Unavailable, v.Name, "releasing the PillarVolumeState: %v", err)
+	}
+	s.log.Info("volume deleted", "volume_id", v.Name, "store", v.Spec.StoreName)
+	return nil
+}
+
+func client404(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func nodesOf(v *v1alpha1.PillarVolumeState) []string {
+	var out []string
+	for _, p := range v.Spec.Publications {
+		out = append(out, p.NodeID)
+	}
+	return out
+}
+
+func cutPort(endpoint string) (host, port string, err error) {
+	return net.SplitHostPort(endpoint)
+}

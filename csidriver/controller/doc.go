@@ -1,0 +1,44 @@
+// Package controller is the CSI Controller service of pillar-controller,
+// kept on PillarVolumeState, the durable record of each volume.
+//
+// # The record first
+//
+// CreateVolume writes the PillarVolumeState (name = volume ID, a finalizer,
+// store, protocol, capacity, and the export spec copied from the
+// PillarProtocol) before it asks an agent for anything; each step the
+// agent confirms (backend volume created, export made) is then recorded in
+// status. A retry after a crash at any point reads the record and runs only
+// what it does not show as done; every agent call is idempotent.
+// DeleteVolume marks the record deleted, removes the export, has the agent
+// delete the backend volume — which ends the volume's lifecycle in the
+// agent's fencing mark — and only then removes the finalizer. A
+// CreateVolume that meets a record being deleted finishes that first. A
+// volume the backend rounds past the requested limit is rolled back
+// (OUT_OF_RANGE), because no CO deletes a volume whose creation failed.
+//
+// # Fencing tokens
+//
+// Before every agent call that changes a volume, the service advances
+// spec.publicationGeneration with a compare-and-swap: an update carrying
+// the resourceVersion the record was read at. The API server accepts one
+// update per resourceVersion, so no two callers — two replicas, or a
+// deposed leader and its successor — are ever handed the same generation;
+// the loser of a race reads the record again and decides again. The token
+// sent is (the record's UID, the new generation); an agent refuses any
+// token older than its durable mark, so a stale controller can change
+// nothing. Every decision reads the record from the API server, not from a
+// cache.
+//
+// # Publications
+//
+// ControllerPublishVolume records the publication (node ID
+// "<node name>/<host NQN>", access mode, read-only) in the same
+// compare-and-swap that issues its token, then allows the node's host NQN
+// on the subsystem; a read-write publication excludes every other one
+// (FAILED_PRECONDITION naming the node that holds it), readers may be many.
+// ControllerUnpublishVolume denies the host first and removes the
+// publication after.
+//
+// Calls for one volume are serialized per controller (a second gets
+// ABORTED); across controllers the compare-and-swap orders them.
+package controller

@@ -1,0 +1,69 @@
+package controller
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+)
+
+func TestAgentError(t *testing.T) {
+	fenced := agentv1.NewFencingError(&agentv1.FencingRejection{Reason: agentv1.FencingRejection_REASON_STALE_GENERATION, VolumeId: "v",
+		Presented: &agentv1.FencingToken{LifecycleUid: "u1", PublicationGeneration: 3}, Mark: &agentv1.FencingToken{LifecycleUid: "u1", PublicationGeneration: 5}}, "stale")
+	for _, c := range []struct {
+		in   error
+		code codes.Code
+		says string
+	}{
+		{fenced, codes.FailedPrecondition, "REASON_STALE_GENERATION: presented generation 3 of lifecycle u1, the agent's mark is at 5"},
+		{status.Error(codes.FailedPrecondition, "pool tank does not exist"), codes.FailedPrecondition, "pool tank does not exist"},
+		{status.Error(codes.Unavailable, "connection refused"), codes.Unavailable, "connection refused"},
+		{status.Error(codes.DeadlineExceeded, "slow"), codes.DeadlineExceeded, "slow"},
+		{status.Error(codes.ResourceExhausted, "no space"), codes.ResourceExhausted, "no space"},
+		{status.Error(codes.Aborted, "busy"), codes.Aborted, "busy"},
+		{status.Error(codes.AlreadyExists, "other size"), codes.AlreadyExists, "other size"},
+		{status.Error(codes.Unimplemented, "zfs: not found"), codes.FailedPrecondition, "zfs: not found"},
+		{status.Error(codes.Internal, "boom"), codes.Internal, "boom"},
+		{status.Error(codes.Unknown, "?"), codes.Internal, "?"},
+		{errors.New("not a status"), codes.Internal, "not a status"},
+	} {
+		err := agentError("v", "CreateVolume", c.in)
+		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "volume v: CreateVolume") && c.in != fenced {
+			t.Errorf("agentError(%v) = %v, want %s mentioning %q", c.in, err, c.code, c.says)
+		}
+	}
+}
+
+func TestVolumeIDFor(t *testing.T) {
+	if got := volumeIDFor("pvc-0f1e2d3c-aaaa-bbbb-cccc-000011112222"); got != "pvc-0f1e2d3c-aaaa-bbbb-cccc-000011112222" {
+		t.Errorf("a valid name is the ID: %q", got)
+	}
+	a, b := volumeIDFor("Sanity Volume/1"), volumeIDFor("Sanity Volume/1")
+	if a != b || !strings.HasPrefix(a, "vol-") || len(a) != 44 || a == volumeIDFor("Sanity Volume/2") {
+		t.Errorf("derived IDs %q, %q", a, b)
+	}
+}
+
+func TestCapacityFor(t *testing.T) {
+	for _, c := range []struct {
+		req, lim, want int64
+		ok             bool
+	}{
+		{0, 0, DefaultCapacity, true},
+		{5, 0, 5, true},
+		{0, 100, 100, true},
+		{0, 4 << 30, DefaultCapacity, true},
+		{10, 5, 0, false},
+		{-1, 0, 0, false},
+	} {
+		got, err := capacityFor(&csi.CapacityRange{RequiredBytes: c.req, LimitBytes: c.lim})
+		if (err == nil) != c.ok || got != c.want {
+			t.Errorf("capacityFor(%d, %d) = %d, %v", c.req, c.lim, got, err)
+		}
+	}
+}

@@ -1,0 +1,100 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+)
+
+// errLostRace is returned by issue when another writer changed the record
+// since it was read: the caller reads it again and decides again.
+var errLostRace = errors.New("the PillarVolumeState changed while this call was deciding")
+
+// maxRaces bounds how often one call re-reads and re-decides after losing
+// a compare-and-swap before it gives up with ABORTED (the CO retries).
+const maxRaces = 8
+
+// issue advances v's publicationGeneration with a compare-and-swap (an
+// update that carries the resourceVersion v was read at) and returns the
+// fencing token of the new generation. Two callers can never be handed the
+// same generation: the API server accepts only one update per
+// resourceVersion. On success v is the updated record.
+func (s *Service) issue(ctx context.Context, v *v1alpha1.PillarVolumeState) (*agentv1.FencingToken, error) {
+	v.Spec.PublicationGeneration++
+	if err := s.cfg.Client.Update(ctx, v); err != nil {
+		v.Spec.PublicationGeneration--
+		if apierrors.IsConflict(err) {
+			return nil, errLostRace
+		}
+		if apierrors.IsNotFound(err) {
+			return nil, errorf(codes.NotFound, v.Name, "the PillarVolumeState was deleted")
+		}
+		return nil, errorf(codes.Unavailable, v.Name, "advancing publicationGeneration: %v", err)
+	}
+	return tokenOf(v), nil
+}
+
+func tokenOf(v *v1alpha1.PillarVolumeState) *agentv1.FencingToken {
+	return &agentv1.FencingToken{LifecycleUid: string(v.UID), PublicationGeneration: uint64(v.Spec.PublicationGeneration)}
+}
+
+// retrying runs step with a fresh read of volume id until it stops losing
+// races; step returns errLostRace to be run again. A nil record is passed
+// on as nil.
+func (s *Service) retrying(ctx context.Context, id string, step func(v *v1alpha1.PillarVolumeState) error) error {
+	for range maxRaces {
+		v, err := s.getVolume(ctx, id)
+		if err != nil {
+			return err
+		}
+		if err := step(v); !errors.Is(err, errLostRace) {
+			return err
+		}
+	}
+	return errorf(codes.Aborted, id, "lost %d races for the PillarVolumeState in a row; retry", maxRaces)
+}
+
+// agentError maps an agent's error to the CSI error of a call on volume
+// id. A fencing refusal is FAILED_PRECONDITION with its reason and both
+// tokens: it means another controller (or a later call) has moved the
+// volume on, and is never retried blindly.
+func agentError(id, what string, err error) error {
+	if rej, ok := agentv1.FencingRejectionOf(err); ok {
+		return errorf(codes.FailedPrecondition, id, "%s refused by the agent's fencing (%s: presented generation %d of lifecycle %s, the agent's mark is at %d of %s); "+
+			"a newer operation or another controller has taken the volume over",
+			what, rej.GetReason(), rej.GetPresented().GetPublicationGeneration(), rej.GetPresented().GetLifecycleUid(),
+			rej.GetMark().GetPublicationGeneration(), rej.GetMark().GetLifecycleUid())
+	}
+	st := status.Convert(err)
+	code := st.Code()
+	switch code {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Aborted,
+		codes.NotFound, codes.AlreadyExists, codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
+	case codes.Unimplemented:
+		// The agent lacks the backend's tools, or is too old for the
+		// call: the volume cannot be served until the node is fixed.
+		code = codes.FailedPrecondition
+	default:
+		code = codes.Internal
+	}
+	return status.Error(code, fmt.Sprintf("volume %s: %s: %s", id, what, st.Message()))
+}
+
+// lostOr maps the error of a PillarVolumeState write: a conflict is a lost
+// race, anything else UNAVAILABLE.
+func lostOr(err error, id, what string) error {
+	if apierrors.IsConflict(err) {
+		return errLostRace
+	}
+	if apierrors.IsNotFound(err) {
+		return errorf(codes.NotFound, id, "the PillarVolumeState was deleted")
+	}
+	return errorf(codes.Unavailable, id, "%s: %v", what, err)
+}

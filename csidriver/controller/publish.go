@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"context"
+	"slices"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+)
+
+// ControllerPublishVolume grants a node access: the publication is recorded
+// on the PillarVolumeState first (where it enforces the access mode's
+// exclusivity), then the node's host NQN is allowed on the subsystem.
+func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+	id := req.GetVolumeId()
+	switch {
+	case id == "":
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	case req.GetNodeId() == "":
+		return nil, status.Error(codes.InvalidArgument, "node ID is required")
+	case req.GetVolumeCapability() == nil:
+		return nil, status.Error(codes.InvalidArgument, "volume capability is required")
+	}
+	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "volume %s: %v", id, err)
+	}
+	mode, _ := accessModeOf(req.GetVolumeCapability())
+	node, err := export.ParseNodeID(req.GetNodeId())
+	if err != nil {
+		return nil, status.Errorf(codes.NotFound, "node %q: %v", req.GetNodeId(), err)
+	}
+	want := v1alpha1.Publication{NodeID: req.GetNodeId(), HostNQN: v1alpha1.NQN(node.HostNQN), AccessMode: mode, ReadOnly: req.GetReadonly()}
+	unlock, err := s.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	err = s.retrying(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
+		if v == nil || !v.DeletionTimestamp.IsZero() {
+			return errorf(codes.NotFound, id, "no such volume")
+		}
+		if !v.Status.Exported || v.Spec.Export == nil {
+			return errorf(codes.FailedPrecondition, id, "the volume is not provisioned and exported yet")
+		}
+		i := slices.IndexFunc(v.Spec.Publications, func(p v1alpha1.Publication) bool { return p.NodeID == want.NodeID })
+		if i >= 0 && v.Spec.Publications[i] != want {
+			return status.Errorf(codes.AlreadyExists, "volume %s is published to %s with %s (read-only %v), not %s (read-only %v)",
+				id, want.NodeID, v.Spec.Publications[i].AccessMode, v.Spec.Publications[i].ReadOnly, want.AccessMode, want.ReadOnly)
+		}
+		if i < 0 {
+			if err := exclusive(v, want); err != nil {
+				return err
+			}
+			v.Spec.Publications = append(v.Spec.Publications, want)
+		}
+		// The publication and the token's generation in one
+		// compare-and-swap: a second publication racing this one loses it.
+		tok, err := s.issue(ctx, v)
+		if err != nil {
+			return err
+		}
+		if !*v.Spec.Export.ACLEnabled {
+			return nil
+		}
+		_, _, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+		if err != nil {
+			return err
+		}
+		if _, err := conn.Agent.AllowHost(ctx, &agentv1.AllowHostRequest{FencingToken: tok, VolumeId: id,
+			SubsystemNqn: string(v.Spec.Export.SubsystemNQN), HostNqn: node.HostNQN}); err != nil {
+			return agentError(id, "AllowHost", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerPublishVolumeResponse{}, nil
+}
+
+// exclusive applies the access modes: a read-write publication excludes
+// every other publication.
+func exclusive(v *v1alpha1.PillarVolumeState, want v1alpha1.Publication) error {
+	for _, p := range v.Spec.Publications {
+		if p.AccessMode != v1alpha1.AccessReadOnlyMany || want.AccessMode != v1alpha1.AccessReadOnlyMany {
+			return errorf(codes.FailedPrecondition, v.Name, "already published to node %s with %s; a %s volume is published to one node at a time: unpublish it there first",
+				p.NodeID, p.AccessMode, modeOf(p, want))
+		}
+	}
+	return nil
+}
+
+func modeOf(p, want v1alpha1.Publication) v1alpha1.AccessMode {
+	if p.AccessMode != v1alpha1.AccessReadOnlyMany {
+		return p.AccessMode
+	}
+	return want.AccessMode
+}
+
+// ControllerUnpublishVolume revokes a node's access: its host NQN is denied
+// first, then the publication is removed from the record. A volume or
+// publication that does not exist is success.
+func (s *Service) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+	id := req.GetVolumeId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "volume ID is required")
+	}
+	unlock, err := s.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	err = s.retrying(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
+		if v == nil {
+			return nil
+		}
+		var gone []v1alpha1.Publication
+		keep := v.Spec.Publications[:0:0]
+		for _, p := range v.Spec.Publications {
+			if req.GetNodeId() == "" || p.NodeID == req.GetNodeId() {
+				gone = append(gone, p)
+			} else {
+				keep = append(keep, p)
+			}
+		}
+		if len(gone) == 0 {
+			return nil
+		}
+		tok, err := s.issue(ctx, v)
+		if err != nil {
+			return err
+		}
+		if v.Spec.Export != nil && *v.Spec.Export.ACLEnabled {
+			_, _, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+			if err != nil {
+				return err
+			}
+			for _, p := range gone {
+				if shared(keep, p.HostNQN) {
+					continue
+				}
+				if _, err := conn.Agent.DenyHost(ctx, &agentv1.DenyHostRequest{FencingToken: tok, VolumeId: id,
+					SubsystemNqn: string(v.Spec.Export.SubsystemNQN), HostNqn: string(p.HostNQN)}); err != nil {
+					return agentError(id, "DenyHost", err)
+				}
+			}
+		}
+		v.Spec.Publications = keep
+		if err := s.cfg.Client.Update(ctx, v); err != nil {
+			return lostOr(err, id, "removing the publication")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// shared reports whether another publication uses the same host NQN.
+func shared(pubs []v1alpha1.Publication, nqn v1alpha1.NQN) bool {
+	return slices.ContainsFunc(pubs, func(p v1alpha1.Publication) bool { return p.HostNQN == nqn })
+}

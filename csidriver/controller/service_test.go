@@ -1,0 +1,516 @@
+package controller_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/controller"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/envtestsuite"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
+	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
+)
+
+// The tests of this package run the Controller service against a real
+// kube-apiserver (PillarVolumeState writes, compare-and-swap conflicts and
+// CEL rules are the API server's own) as the controller's RBAC user, and
+// an in-process agent whose fencing marks are the fencing module's real,
+// durable store.
+
+var (
+	cluster *envtestsuite.Cluster
+	user    client.Client
+	agent   *fakeagent.Agent
+)
+
+const (
+	storeName = "tank"
+	protoName = "tcp"
+	nodeA     = "worker-a/nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001"
+	nodeB     = "worker-b/nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-000000000002"
+	hostA     = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001"
+	hostB     = "nqn.2014-08.org.nvmexpress:uuid:bbbbbbbb-0000-4000-8000-000000000002"
+	roundTo   = 4 << 20
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	cluster, err = envtestsuite.Start(filepath.Join("..", "..", "api", "config", "crd"), filepath.Join("..", "config", "rbac", "role.yaml"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer cluster.Stop()
+	if user, err = client.New(cluster.User, client.Options{Scheme: cluster.Scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	agent, err = fakeagent.Start(fakeagent.Options{NodeName: "storage-1", Version: "v1"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer agent.Stop()
+	dir, err := os.MkdirTemp("", "pillar-controller-marks")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := agent.EnableVolumes(dir, roundTo); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL:", err)
+		return 1
+	}
+	defer agent.CloseVolumes()
+	agent.SetStore("tank", fakeagent.Capacity{Total: 100 << 30, Available: 40 << 30})
+	ctx := context.Background()
+	for _, o := range []client.Object{
+		&v1alpha1.PillarAgent{ObjectMeta: metav1.ObjectMeta{Name: "storage-1"}, Spec: v1alpha1.PillarAgentSpec{Address: "127.0.0.1", Port: agent.Port()}},
+		&v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: storeName}, Spec: v1alpha1.PillarStoreSpec{AgentName: "storage-1", Type: v1alpha1.BackendZFS,
+			ZFS: &v1alpha1.ZFSStore{Pool: "tank"}}},
+		&v1alpha1.PillarProtocol{ObjectMeta: metav1.ObjectMeta{Name: protoName}, Spec: v1alpha1.PillarProtocolSpec{Type: v1alpha1.ProtocolNVMeOFTCP,
+			NVMeOFTCP: &v1alpha1.NVMeOFTCPProtocol{BindAddress: "192.0.2.10", Port: 4420}}},
+	} {
+		if err := cluster.Admin.Create(ctx, o); err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL:", err)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// newService is one controller: its own locks and agent connections.
+func newService(t *testing.T) *controller.Service {
+	t.Helper()
+	pool := agentclient.NewPool(agentclient.Options{CallTimeout: 5 * time.Second})
+	t.Cleanup(pool.Close)
+	return controller.New(controller.Config{Client: user, Reader: user, Connector: &reconcile.Connector{Client: user, Pool: pool}})
+}
+
+func mountCap(mode csi.VolumeCapability_AccessMode_Mode) *csi.VolumeCapability {
+	return &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: mode},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
+}
+
+var rwo = mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER)
+
+func createReq(name string, size int64) *csi.CreateVolumeRequest {
+	return &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: size},
+		VolumeCapabilities: []*csi.VolumeCapability{rwo},
+		Parameters: map[string]string{v1alpha1.StorageClassParamStore: storeName, v1alpha1.StorageClassParamProtocol: protoName,
+			"csi.storage.k8s.io/pvc/name": "data", "csi.storage.k8s.io/pvc/namespace": "team-a"}}
+}
+
+func record(t *testing.T, id string) *v1alpha1.PillarVolumeState {
+	t.Helper()
+	var v v1alpha1.PillarVolumeState
+	if err := cluster.Admin.Get(context.Background(), types.NamespacedName{Name: id}, &v); err != nil {
+		t.Fatal(err)
+	}
+	return &v
+}
+
+func wantCode(t *testing.T, what string, err error, code codes.Code, says ...string) {
+	t.Helper()
+	if status.Code(err) != code {
+		t.Fatalf("%s: %v, want %s", what, err, code)
+	}
+	for _, s := range says {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: %q does not mention %q", what, err, s)
+		}
+	}
+}
+
+func TestCreateVolume(t *testing.T) {
+	id := uniq("pvc-create-1")
+	ctx := context.Background()
+	s := newService(t)
+	resp, err := s.CreateVolume(ctx, createReq(id, 10<<20+1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol := resp.GetVolume()
+	if vol.GetVolumeId() != id || vol.GetCapacityBytes() != 12<<20 {
+		t.Errorf("volume = %v, want ID pvc-create-1 with 12 MiB (rounded up to 4 MiB)", vol)
+	}
+	vc, err := export.ParseVolumeContext(vol.GetVolumeId(), vol.GetVolumeContext())
+	if err != nil {
+		t.Fatalf("the volume context pillar-node parses: %v", err)
+	}
+	if vc.Address.String() != "192.0.2.10" || vc.Port != 4420 {
+		t.Errorf("volume context %+v", vc)
+	}
+	v := record(t, id)
+	if !slices.Contains(v.Finalizers, controller.Finalizer) || !v.Status.BackendCreated || !v.Status.Exported ||
+		v.Spec.Export == nil || v.Spec.Export.BindAddress != "192.0.2.10" || !*v.Spec.Export.ACLEnabled ||
+		v.Annotations[controller.AnnotationPVCName] != "data" || v.Annotations[controller.AnnotationPVCNamespace] != "team-a" {
+		t.Errorf("record = %+v", v)
+	}
+	// Two agent calls, two generations.
+	if v.Spec.PublicationGeneration != 2 {
+		t.Errorf("publicationGeneration = %d, want 2 (create, export)", v.Spec.PublicationGeneration)
+	}
+	if e, ok := agent.Exports()[id]; !ok || !e.ACL || len(e.Hosts) != 0 {
+		t.Errorf("export = %+v, %v: want ACL on, no host yet", e, ok)
+	}
+
+	// The same request again: the same volume, no agent call.
+	calls := agent.Calls("CreateVolume")
+	again, err := s.CreateVolume(ctx, createReq(id, 10<<20+1))
+	if err != nil || again.GetVolume().GetCapacityBytes() != 12<<20 {
+		t.Fatalf("repeated CreateVolume = %v, %v", again, err)
+	}
+	if agent.Calls("CreateVolume") != calls {
+		t.Error("a repeated CreateVolume of a provisioned volume called the agent")
+	}
+	// An incompatible one: AlreadyExists.
+	_, err = s.CreateVolume(ctx, createReq(id, 1<<30))
+	wantCode(t, "CreateVolume of a bigger volume under the same name", err, codes.AlreadyExists, id)
+
+	// Bad requests.
+	bad := createReq("pvc-bad", 1<<20)
+	bad.VolumeCapabilities = []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)}
+	_, err = s.CreateVolume(ctx, bad)
+	wantCode(t, "multi-node writer", err, codes.InvalidArgument, "MULTI_NODE_MULTI_WRITER")
+	bad = createReq("pvc-bad", 1<<20)
+	bad.VolumeCapabilities[0] = &csi.VolumeCapability{AccessMode: rwo.AccessMode, AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "btrfs"}}}
+	_, err = s.CreateVolume(ctx, bad)
+	wantCode(t, "btrfs", err, codes.InvalidArgument, "btrfs")
+	bad = createReq("pvc-bad", 1<<20)
+	delete(bad.Parameters, v1alpha1.StorageClassParamStore)
+	_, err = s.CreateVolume(ctx, bad)
+	wantCode(t, "no store parameter", err, codes.InvalidArgument, v1alpha1.StorageClassParamStore)
+	bad = createReq(uniq("pvc-round"), 10<<20+1)
+	bad.CapacityRange.LimitBytes = 11 << 20
+	_, err = s.CreateVolume(ctx, bad)
+	wantCode(t, "rounding past the limit", err, codes.OutOfRange, "12582912", "rolled back")
+	if _, ok := agent.Volumes()[bad.Name]; ok {
+		t.Error("the volume rounded past the limit was left on the agent")
+	}
+	var gone v1alpha1.PillarVolumeState
+	if err := cluster.Admin.Get(ctx, types.NamespacedName{Name: bad.Name}, &gone); err == nil {
+		t.Error("the record of the volume rounded past the limit was left")
+	}
+}
+
+// TestCreateResumes interrupts CreateVolume after each step the agent
+// confirmed; the retry, by a fresh controller, finishes from the record.
+func TestCreateResumes(t *testing.T) {
+	ctx := context.Background()
+	for _, step := range []string{"CreateVolume", "ExportVolume"} {
+		t.Run(step, func(t *testing.T) {
+			name := uniq("pvc-resume-" + strings.ToLower(step))
+			agent.FailNext(step, status.Error(codes.Unavailable, "injected: the agent's backend call failed"))
+			_, err := newService(t).CreateVolume(ctx, createReq(name, 8<<20))
+			wantCode(t, "interrupted CreateVolume", err, codes.Unavailable, "injected")
+			v := record(t, name)
+			if v.Status.Exported {
+				t.Fatalf("status after the failed %s = %+v", step, v.Status)
+			}
+			if _, err := newService(t).CreateVolume(ctx, createReq(name, 8<<20)); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			v = record(t, name)
+			if !v.Status.BackendCreated || !v.Status.Exported {
+				t.Errorf("status after the retry = %+v", v.Status)
+			}
+			if _, ok := agent.Volumes()[name]; !ok {
+				t.Error("no backend volume after the retry")
+			}
+		})
+	}
+}
+
+func TestPublishExclusivity(t *testing.T) {
+	id := uniq("pvc-pub")
+	ctx := context.Background()
+	s := newService(t)
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	pub := func(node string, c *csi.VolumeCapability, ro bool) error {
+		_, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: c, Readonly: ro})
+		return err
+	}
+	unpub := func(node string) error {
+		_, err := s.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: node})
+		return err
+	}
+	if err := pub(nodeA, rwo, false); err != nil {
+		t.Fatal(err)
+	}
+	if h := agent.Exports()[id].Hosts; !slices.Equal(h, []string{hostA}) {
+		t.Errorf("allowed hosts = %v, want node A's", h)
+	}
+	if err := pub(nodeA, rwo, false); err != nil {
+		t.Errorf("republishing to the same node: %v", err)
+	}
+	wantCode(t, "RWO to a second node", pub(nodeB, rwo, false), codes.FailedPrecondition, "worker-a")
+	if h := agent.Exports()[id].Hosts; !slices.Equal(h, []string{hostA}) {
+		t.Errorf("the refused publication changed the hosts: %v", h)
+	}
+	wantCode(t, "the same node with another mode", pub(nodeA, mountCap(csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER), false), codes.AlreadyExists)
+	wantCode(t, "delete while published", func() error {
+		_, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+		return err
+	}(), codes.FailedPrecondition, "worker-a")
+
+	if err := unpub(nodeA); err != nil {
+		t.Fatal(err)
+	}
+	if h := agent.Exports()[id].Hosts; len(h) != 0 || len(record(t, id).Spec.Publications) != 0 {
+		t.Errorf("after unpublish: hosts %v, publications %v", h, record(t, id).Spec.Publications)
+	}
+	if err := unpub(nodeA); err != nil {
+		t.Errorf("unpublishing again: %v", err)
+	}
+	// Readers: any number of nodes.
+	rox := mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY)
+	if err := pub(nodeA, rox, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub(nodeB, rox, true); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, "RWO next to readers", pub("worker-c/nqn.2014-08.org.nvmexpress:uuid:cccccccc-0000-4000-8000-000000000003", rwo, false),
+		codes.FailedPrecondition, "ReadOnlyMany")
+	if h := agent.Exports()[id].Hosts; len(h) != 2 {
+		t.Errorf("hosts = %v, want both readers", h)
+	}
+	for _, n := range []string{nodeA, nodeB} {
+		if err := unpub(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantCode(t, "publish of an unknown volume", func() error {
+		_, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: "pvc-none", NodeId: nodeA, VolumeCapability: rwo})
+		return err
+	}(), codes.NotFound)
+}
+
+func TestDeleteVolume(t *testing.T) {
+	id := uniq("pvc-del")
+	ctx := context.Background()
+	s := newService(t)
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	// Interrupted after the unexport: the retry finishes.
+	agent.FailNext("DeleteVolume", status.Error(codes.Unavailable, "injected"))
+	_, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	wantCode(t, "interrupted DeleteVolume", err, codes.Unavailable)
+	if _, ok := agent.Exports()[id]; ok {
+		t.Error("the export is still there")
+	}
+	v := record(t, id)
+	if v.DeletionTimestamp.IsZero() || !slices.Contains(v.Finalizers, controller.Finalizer) {
+		t.Errorf("record after the interrupted delete: %+v", v.ObjectMeta)
+	}
+	if _, err := newService(t).DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := agent.Volumes()[id]; ok {
+		t.Error("the backend volume is still there")
+	}
+	var gone v1alpha1.PillarVolumeState
+	if err := cluster.Admin.Get(ctx, types.NamespacedName{Name: id}, &gone); client.IgnoreNotFound(err) != nil || err == nil {
+		t.Errorf("the record is still there: %v", err)
+	}
+	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Errorf("deleting again: %v", err)
+	}
+	// A CreateVolume that meets an interrupted delete finishes it and asks
+	// for a retry.
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	agent.FailNext("DeleteVolume", status.Error(codes.Unavailable, "injected"))
+	_, err = s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	wantCode(t, "interrupted DeleteVolume", err, codes.Unavailable)
+	_, err = s.CreateVolume(ctx, createReq(id, 8<<20))
+	wantCode(t, "CreateVolume of a volume being deleted", err, codes.Aborted, "retry")
+	if _, ok := agent.Volumes()[id]; ok {
+		t.Error("the backend volume of the interrupted delete is still there")
+	}
+	// A new volume under the same name is a new lifecycle.
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Errorf("re-creating after delete: %v", err)
+	}
+	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStaleToken replays an agent call with a token the controller has
+// since moved past: the agent refuses it and nothing changes.
+func TestStaleToken(t *testing.T) {
+	id := uniq("pvc-stale")
+	ctx := context.Background()
+	s := newService(t)
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	old := record(t, id)
+	if _, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo}); err != nil {
+		t.Fatal(err)
+	}
+	// A deposed controller still holding the record as it read it.
+	pool := agentclient.NewPool(agentclient.Options{})
+	defer pool.Close()
+	conn, err := pool.Get("storage-1", agentclient.Target{Address: agent.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ident, _ := export.For(id)
+	_, err = conn.Agent.AllowHost(ctx, &agentv1.AllowHostRequest{VolumeId: id, SubsystemNqn: ident.SubsystemNQN, HostNqn: hostB,
+		FencingToken: &agentv1.FencingToken{LifecycleUid: string(old.UID), PublicationGeneration: uint64(old.Spec.PublicationGeneration)}})
+	rej, ok := agentv1.FencingRejectionOf(err)
+	if !ok || rej.GetReason() != agentv1.FencingRejection_REASON_STALE_GENERATION {
+		t.Fatalf("stale AllowHost: %v, want a STALE_GENERATION rejection", err)
+	}
+	if h := agent.Exports()[id].Hosts; !slices.Equal(h, []string{hostA}) {
+		t.Errorf("hosts after the stale call = %v", h)
+	}
+	if _, err := s.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestConcurrentControllers: eight controllers create the same volume at
+// once and then publish it to eight different nodes. One record, one
+// backend volume, one publication; every generation issued once.
+func TestConcurrentControllers(t *testing.T) {
+	id := uniq("pvc-race")
+	ctx := context.Background()
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			s := newService(t)
+			for {
+				_, err := s.CreateVolume(ctx, createReq(id, 8<<20))
+				if c := status.Code(err); c == codes.Aborted || c == codes.FailedPrecondition && strings.Contains(err.Error(), "fencing") {
+					continue
+				}
+				errs[i] = err
+				return
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("controller %d: %v", i, err)
+		}
+	}
+	if k := len(slices.DeleteFunc(keys(agent.Volumes()), func(k string) bool { return k != id })); k != 1 {
+		t.Errorf("%d backend volumes, want 1", k)
+	}
+	won := make([]bool, n)
+	for i := range n {
+		wg.Go(func() {
+			s := newService(t)
+			node := fmt.Sprintf("worker-%d/nqn.2014-08.org.nvmexpress:uuid:0000000%d-0000-4000-8000-000000000000", i, i)
+			for {
+				_, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: node, VolumeCapability: rwo})
+				switch status.Code(err) {
+				case codes.OK:
+					won[i] = true
+					return
+				case codes.Aborted:
+					continue
+				case codes.FailedPrecondition:
+					if strings.Contains(err.Error(), "fencing") {
+						continue
+					}
+					return
+				default:
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for i := range n {
+		if won[i] {
+			winners++
+		}
+		if errs[i] != nil {
+			t.Errorf("publisher %d: %v", i, errs[i])
+		}
+	}
+	v := record(t, id)
+	if winners != 1 || len(v.Spec.Publications) != 1 || len(agent.Exports()[id].Hosts) != 1 {
+		t.Errorf("%d publications won, record has %v, agent allows %v: want exactly one", winners, v.Spec.Publications, agent.Exports()[id].Hosts)
+	}
+}
+
+func TestExpandAndCapacity(t *testing.T) {
+	id := uniq("pvc-grow")
+	ctx := context.Background()
+	s := newService(t)
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20}, VolumeCapability: rwo})
+	if err != nil || resp.GetCapacityBytes() != 64<<20 || !resp.GetNodeExpansionRequired() {
+		t.Fatalf("expand = %v, %v", resp, err)
+	}
+	if v := record(t, id); v.Spec.CapacityBytes != 64<<20 || v.Status.CapacityBytes != 64<<20 {
+		t.Errorf("record after expand: spec %d, status %d", v.Spec.CapacityBytes, v.Status.CapacityBytes)
+	}
+	if agent.Volumes()[id].Size != 64<<20 {
+		t.Errorf("backend size %d", agent.Volumes()[id].Size)
+	}
+	c, err := s.GetCapacity(ctx, &csi.GetCapacityRequest{Parameters: map[string]string{v1alpha1.StorageClassParamStore: storeName}})
+	if err != nil || c.GetAvailableCapacity() != 40<<30 {
+		t.Errorf("GetCapacity = %v, %v", c, err)
+	}
+	_, err = s.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-none", CapacityRange: &csi.CapacityRange{RequiredBytes: 1}})
+	wantCode(t, "expand of an unknown volume", err, codes.NotFound)
+}
+
+var seq atomic.Int64
+
+// uniq makes a volume name unique in this test binary (tests run with
+// -count above 1 share the API server and the agent).
+func uniq(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, seq.Add(1))
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

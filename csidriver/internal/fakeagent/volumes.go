@@ -1,0 +1,259 @@
+package fakeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/fencing"
+)
+
+// Volume is a backend volume of the model.
+type Volume struct {
+	Store string // pool or volume group
+	Size  int64
+}
+
+// Export is an export of the model.
+type Export struct {
+	NQN   string
+	ACL   bool
+	Hosts []string
+}
+
+// The volume calls are checked against real, durable fencing marks (the
+// fencing module's Store in a directory of the agent), so a controller
+// test sees exactly the refusals pillar-agent gives.
+
+// EnableVolumes gives the agent a fencing store in dir and an empty model
+// of volumes and exports. RoundTo rounds sizes up like a backend
+// (0: no rounding).
+func (a *Agent) EnableVolumes(dir string, roundTo int64) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	st, err := fencing.Open(context.Background(), dir, fencing.Options{})
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.marks, a.round = st, roundTo
+	a.volumes, a.exports, a.fail = map[string]Volume{}, map[string]Export{}, map[string]error{}
+	return nil
+}
+
+// CloseVolumes closes the fencing store.
+func (a *Agent) CloseVolumes() {
+	a.mu.Lock()
+	st := a.marks
+	a.mu.Unlock()
+	if st != nil {
+		_ = st.Close()
+	}
+}
+
+// FailNext makes the next call of method fail with err after the fencing
+// check admitted it (as an agent whose backend failed would).
+func (a *Agent) FailNext(method string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.fail[method] = err
+}
+
+// Volumes and Exports return copies of the model.
+func (a *Agent) Volumes() map[string]Volume {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]Volume{}
+	for k, v := range a.volumes {
+		out[k] = v
+	}
+	return out
+}
+
+func (a *Agent) Exports() map[string]Export {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]Export{}
+	for k, v := range a.exports {
+		v.Hosts = slices.Clone(v.Hosts)
+		out[k] = v
+	}
+	return out
+}
+
+// fenced runs act under the volume's fencing mark.
+func (a *Agent) fenced(ctx context.Context, method, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func() error) error {
+	a.mu.Lock()
+	a.calls[method]++
+	st := a.marks
+	a.mu.Unlock()
+	if st == nil {
+		return status.Error(codes.Unimplemented, "fake agent: volumes not enabled")
+	}
+	tok := fencing.Token{UID: pt.GetLifecycleUid(), Generation: pt.GetPublicationGeneration()}
+	admitted := false
+	err := st.Do(ctx, id, kind, tok, func(context.Context) error {
+		admitted = true
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if err, ok := a.fail[method]; ok {
+			delete(a.fail, method)
+			return err
+		}
+		return act()
+	})
+	if err != nil && !admitted && fencing.IsRejected(err) {
+		r := fencing.RejectionReason(err)
+		rej := &agentv1.FencingRejection{VolumeId: id, Presented: pt,
+			Reason: agentv1.FencingRejection_Reason(agentv1.FencingRejection_Reason_value["REASON_"+r.String()])}
+		if r.String() == "MALFORMED" {
+			rej.Reason = agentv1.FencingRejection_REASON_MALFORMED_TOKEN
+		}
+		return agentv1.NewFencingError(rej, fmt.Sprintf("%s %s: %v", method, id, err))
+	}
+	return err
+}
+
+func poolOf(st *agentv1.Store) string {
+	if p := st.GetZfs().GetPool(); p != "" {
+		return p
+	}
+	return st.GetLvm().GetVolumeGroup()
+}
+
+func (s *service) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequest) (*agentv1.CreateVolumeResponse, error) {
+	a := s.a
+	var out int64
+	err := a.fenced(ctx, "CreateVolume", req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken(), func() error {
+		size := req.GetCapacityBytes()
+		if a.round > 0 {
+			size = (size + a.round - 1) / a.round * a.round
+		}
+		if v, ok := a.volumes[req.GetVolumeId()]; ok {
+			if v.Size < req.GetCapacityBytes() {
+				return status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes", req.GetVolumeId(), v.Size)
+			}
+			out = v.Size
+			return nil
+		}
+		a.volumes[req.GetVolumeId()] = Volume{Store: poolOf(req.GetStore()), Size: size}
+		out = size
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.CreateVolumeResponse{Volume: &agentv1.Volume{VolumeId: req.GetVolumeId(), CapacityBytes: out}}, nil
+}
+
+func (s *service) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequest) (*agentv1.DeleteVolumeResponse, error) {
+	a := s.a
+	err := a.fenced(ctx, "DeleteVolume", req.GetVolumeId(), fencing.KindEnd, req.GetFencingToken(), func() error {
+		if _, ok := a.exports[req.GetVolumeId()]; ok {
+			return status.Errorf(codes.FailedPrecondition, "volume %s is still exported", req.GetVolumeId())
+		}
+		delete(a.volumes, req.GetVolumeId())
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.DeleteVolumeResponse{}, nil
+}
+
+func (s *service) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequest) (*agentv1.ExpandVolumeResponse, error) {
+	a := s.a
+	var out int64
+	err := a.fenced(ctx, "ExpandVolume", req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken(), func() error {
+		v, ok := a.volumes[req.GetVolumeId()]
+		if !ok {
+			return status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+		}
+		if req.GetCapacityBytes() < v.Size {
+			return status.Errorf(codes.FailedPrecondition, "volume %s cannot shrink", req.GetVolumeId())
+		}
+		v.Size = req.GetCapacityBytes()
+		a.volumes[req.GetVolumeId()] = v
+		out = v.Size
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ExpandVolumeResponse{Volume: &agentv1.Volume{VolumeId: req.GetVolumeId(), CapacityBytes: out}}, nil
+}
+
+func (s *service) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeRequest) (*agentv1.ExportVolumeResponse, error) {
+	a := s.a
+	err := a.fenced(ctx, "ExportVolume", req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken(), func() error {
+		if _, ok := a.volumes[req.GetVolumeId()]; !ok {
+			return status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
+		}
+		id, err := export.For(req.GetVolumeId())
+		if err != nil || req.GetSubsystemNqn() != id.SubsystemNQN {
+			return status.Errorf(codes.InvalidArgument, "subsystem NQN %q is not the volume's", req.GetSubsystemNqn())
+		}
+		e := a.exports[req.GetVolumeId()]
+		e.NQN, e.ACL = req.GetSubsystemNqn(), req.GetNvmeofTcp().GetAclEnabled()
+		a.exports[req.GetVolumeId()] = e
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ExportVolumeResponse{Export: &agentv1.Export{VolumeId: req.GetVolumeId(), SubsystemNqn: req.GetSubsystemNqn()}}, nil
+}
+
+func (s *service) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolumeRequest) (*agentv1.UnexportVolumeResponse, error) {
+	a := s.a
+	err := a.fenced(ctx, "UnexportVolume", req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken(), func() error {
+		delete(a.exports, req.GetVolumeId())
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.UnexportVolumeResponse{}, nil
+}
+
+func (s *service) AllowHost(ctx context.Context, req *agentv1.AllowHostRequest) (*agentv1.AllowHostResponse, error) {
+	a := s.a
+	err := a.fenced(ctx, "AllowHost", req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken(), func() error {
+		e, ok := a.exports[req.GetVolumeId()]
+		if !ok {
+			return status.Errorf(codes.NotFound, "volume %s is not exported", req.GetVolumeId())
+		}
+		if !slices.Contains(e.Hosts, req.GetHostNqn()) {
+			e.Hosts = append(e.Hosts, req.GetHostNqn())
+		}
+		a.exports[req.GetVolumeId()] = e
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.AllowHostResponse{}, nil
+}
+
+func (s *service) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*agentv1.DenyHostResponse, error) {
+	a := s.a
+	err := a.fenced(ctx, "DenyHost", req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken(), func() error {
+		if e, ok := a.exports[req.GetVolumeId()]; ok {
+			e.Hosts = slices.DeleteFunc(e.Hosts, func(h string) bool { return h == req.GetHostNqn() })
+			a.exports[req.GetVolumeId()] = e
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.DenyHostResponse{}, nil
+}
