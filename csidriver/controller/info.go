@@ -60,7 +60,18 @@ func (s *Service) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) 
 	}
 	name := req.GetParameters()[v1alpha1.StorageClassParamStore]
 	if name == "" {
-		return nil, status.Errorf(codes.InvalidArgument, "parameter %s is required", v1alpha1.StorageClassParamStore)
+		// No class named: the space of every store.
+		var l v1alpha1.PillarStoreList
+		if err := s.cfg.Client.List(ctx, &l); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "listing PillarStores: %v", err)
+		}
+		var sum int64
+		for _, st := range l.Items {
+			if st.Status.Capacity != nil {
+				sum += st.Status.Capacity.AvailableBytes
+			}
+		}
+		return &csi.GetCapacityResponse{AvailableCapacity: sum}, nil
 	}
 	_, store, conn, err := s.storeOf(ctx, v1alpha1.ObjectName(name))
 	if err != nil {
