@@ -17,6 +17,10 @@
 //     CRDs (PillarAgent, PillarStore, PillarProtocol, PillarStorageClass)
 //     and the Connector that reaches an agent; the RBAC they need is
 //     generated from their markers into config/rbac (make generate).
+//   - controller: the CSI Controller service over PillarVolumeState
+//     (record first, resumable steps, fencing tokens by compare-and-swap,
+//     exclusive publications), served by pillar-controller next to the
+//     reconcilers and sharing their Connector.
 //   - controllerapp: pillar-controller's manager: leader election on a
 //     Lease, health and readiness, one /metrics; its tests run it against a
 //     real kube-apiserver under the generated RBAC, on the current and the
@@ -25,15 +29,13 @@
 //   - internal/agentclient (one gRPC connection per agent: deadlines,
 //     keepalives, health watch, TLS from a Secret), internal/fakeagent (an
 //     in-process agent for the controller's tests), internal/envtestsuite
-//     (the API server of those tests and benchmarks), internal/nvmeof (initiator through /dev/nvme-fabrics and sysfs),
-//     internal/stage (atomic stage records). External commands run
+//     (the API server of those tests and benchmarks), internal/nvmeof
+//     (initiator through /dev/nvme-fabrics and sysfs), internal/stage
+//     (atomic stage records). External commands run
 //     through the backends module's command runner (deadline, LC_ALL=C,
 //     process-group kill, exit code and stderr in the error), the same
 //     one pillar-agent uses for zfs and lvm.
 //
-// The CSI Controller service will join pillar-controller as package
-// controller, sharing driver, identity, server and reconcile's Connector
-// (whose restart hook tells it to push an agent's desired exports back).
 // The node⇄controller contract (volume context keys, node ID
 // format) lives in api/export.
 //

@@ -1,7 +1,9 @@
 // Package controllerapp runs pillar-controller: a controller-runtime
 // manager, leader-elected on a Lease, with the reconcilers of the Pillar*
-// configuration CRDs (package reconcile), health and readiness endpoints,
-// and one /metrics for controller-runtime's metrics and pillar's own.
+// configuration CRDs (package reconcile), the CSI Identity and Controller
+// services (package controller) on a CSI endpoint, health and readiness
+// endpoints, and one /metrics for controller-runtime's metrics and
+// pillar's own.
 //
 // Leadership: only the replica holding the Lease reconciles and talks to
 // agents; the others keep their caches warm and wait. A leader that cannot
@@ -38,8 +40,11 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/controller"
+	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
+	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
 // Defaults of Options.
@@ -89,6 +94,11 @@ type Options struct {
 	// Logger receives every log line (controller-runtime's and
 	// client-go's too); slog.Default() if nil.
 	Logger *slog.Logger
+	// CSIEndpoint is where the CSI Identity and Controller services are
+	// served (unix:///path or tcp://host:port); empty serves none. Every
+	// replica serves them, leader or not: the CSI sidecars elect their own
+	// leader, and the fencing tokens keep two serving replicas safe.
+	CSIEndpoint string
 	// AgentDialOptions are added to every agent connection (tests).
 	AgentDialOptions []grpc.DialOption
 }
@@ -191,15 +201,24 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	if err := mgr.Add(&cacheWatcher{cache: mgr.GetCache(), synced: synced}); err != nil {
 		return nil, err
 	}
-	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return nil, err
-	}
-	if err := mgr.AddReadyzCheck("caches", func(*http.Request) error {
+	cachesSynced := func(context.Context) error {
 		if !synced.Load() {
 			return errors.New("caches are not synced yet")
 		}
 		return nil
-	}); err != nil {
+	}
+	if opts.CSIEndpoint != "" {
+		svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Connector: ctrls.Connector,
+			StoreChanged: ctrls.StoreChanged, Logger: log})
+		if err := mgr.Add(&csiServer{endpoint: opts.CSIEndpoint, grace: graceful, log: log,
+			services: server.Services{Identity: identity.New(cachesSynced, true), Controller: svc}}); err != nil {
+			return nil, err
+		}
+	}
+	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("caches", func(r *http.Request) error { return cachesSynced(r.Context()) }); err != nil {
 		return nil, err
 	}
 	return &App{Manager: mgr, Controllers: ctrls}, nil
@@ -238,3 +257,22 @@ func (w *cacheWatcher) Start(ctx context.Context) error {
 }
 
 func (w *cacheWatcher) NeedLeaderElection() bool { return false }
+
+// csiServer serves the CSI services on every replica.
+type csiServer struct {
+	endpoint string
+	grace    time.Duration
+	log      *slog.Logger
+	services server.Services
+}
+
+func (c *csiServer) Start(ctx context.Context) error {
+	l, err := server.Listen(c.endpoint)
+	if err != nil {
+		return err
+	}
+	c.log.Info("serving CSI", "endpoint", c.endpoint)
+	return server.Serve(ctx, server.New(c.services, c.log), l, c.grace)
+}
+
+func (c *csiServer) NeedLeaderElection() bool { return false }

@@ -44,6 +44,7 @@ var (
 	appDone    chan error
 	metricsURL string
 	restarts   = &restartLog{}
+	csiSocket  = filepath.Join(os.TempDir(), fmt.Sprintf("pillar-controller-test-%d.sock", os.Getpid()))
 )
 
 func TestMain(m *testing.M) {
@@ -88,6 +89,7 @@ func testOptions(metricsAddr string) controllerapp.Options {
 	o.GracefulShutdown = 5 * time.Second
 	o.Version = "v0.0.0-test"
 	o.OnAgentRestart = restarts.add
+	o.CSIEndpoint = "unix://" + csiSocket
 	o.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	return o
 }

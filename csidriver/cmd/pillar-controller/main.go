@@ -1,6 +1,7 @@
 // Command pillar-controller is pillar-csi's controller, run by a
 // leader-elected Deployment: it reconciles the Pillar* configuration CRDs
-// (agents, stores, protocols, generated StorageClasses).
+// (agents, stores, protocols, generated StorageClasses) and serves the CSI
+// Controller service.
 package main
 
 import (
@@ -33,6 +34,7 @@ func main() {
 	flag.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "how long the leader tries to renew before it gives up and exits")
 	flag.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "interval between leader-election attempts")
 	flag.StringVar(&secretNS, "tls-secret-namespaces", os.Getenv("POD_NAMESPACE"), "comma-separated namespaces of the agents' TLS Secrets (default $POD_NAMESPACE; empty: every namespace)")
+	flag.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///csi/csi.sock", `CSI endpoint of the Identity and Controller services (unix:///path or tcp://host:port; "" serves none)`)
 	flag.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, `listen address of /metrics ("0" disables)`)
 	flag.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, `listen address of /healthz and /readyz ("0" disables)`)
 	flag.DurationVar(&o.AgentCallTimeout, "agent-call-timeout", o.AgentCallTimeout, "deadline of each agent call (0: the default, 30s)")

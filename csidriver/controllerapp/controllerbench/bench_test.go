@@ -98,7 +98,7 @@ func start(b *testing.B) *controller {
 	c := &controller{metrics: "http://" + addr + "/metrics"}
 	// The shipped defaults, but for the namespace and ports.
 	c.cmd = exec.Command(bin, "-namespace", envtestsuite.Namespace, "-leader-election-id", fmt.Sprintf("bench-%d", time.Now().UnixNano()),
-		"-metrics-address", addr, "-health-address", "0", "-log-level", "warn")
+		"-metrics-address", addr, "-health-address", "0", "-log-level", "warn", "-csi-endpoint", "")
 	c.cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Kubeconfig, "POD_NAMESPACE=")
 	c.cmd.Stderr = os.Stderr
 	if err := c.cmd.Start(); err != nil {

@@ -300,6 +300,7 @@ func (l *lab) startController(t *testing.T) error {
 		"-metrics-address", fmt.Sprintf("127.0.0.1:%d", metrics),
 		"-health-address", fmt.Sprintf("127.0.0.1:%d", health),
 		"-agent-refresh", "10s", "-store-refresh", "2s", "-agent-call-timeout", "20s",
+		"-csi-endpoint", "unix://"+filepath.Join(os.TempDir(), fmt.Sprintf("pillar-controller-%d.sock", os.Getpid())),
 		"-log-level", "debug")
 	if err != nil {
 		return err

@@ -1,0 +1,82 @@
+package controllerapp_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
+	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
+)
+
+// TestCSIEndpoint drives pillar-controller's CSI endpoint as the
+// external-provisioner would: a volume from a generated StorageClass's
+// parameters is created, published, unpublished and deleted.
+func TestCSIEndpoint(t *testing.T) {
+	ctx := context.Background()
+	fa := startAgent(t, fakeagent.Options{NodeName: "storage-csi", Version: "v1"})
+	if err := fa.EnableVolumes(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fa.CloseVolumes)
+	fa.SetStore("tank", fakeagent.Capacity{Total: 1 << 30, Available: 1 << 30})
+	a := agentObj("agent-csi", "", "127.0.0.1", fa.Port())
+	s := zfsStore("store-csi", "agent-csi", "tank")
+	p := protocolObj("proto-csi", "192.0.2.20")
+	psc := classObj("class-csi", "store-csi", "proto-csi")
+	mustCreate(t, a, s, p, psc)
+	waitReady(t, psc, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	// The parameters of the generated StorageClass, as the provisioner
+	// passes them.
+	var sc storagev1.StorageClass
+	get(t, "class-csi", &sc)
+
+	conn, err := grpc.NewClient("unix://"+csiSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	id, cc := csi.NewIdentityClient(conn), csi.NewControllerClient(conn)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := id.GetPluginInfo(cctx, &csi.GetPluginInfoRequest{})
+	if err != nil || info.GetName() != "pillar-csi.io" {
+		t.Fatalf("GetPluginInfo = %v, %v", info, err)
+	}
+	if pr, err := id.Probe(cctx, &csi.ProbeRequest{}); err != nil || !pr.GetReady().GetValue() {
+		t.Fatalf("Probe = %v, %v", pr, err)
+	}
+	capv := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
+	vol, err := cc.CreateVolume(cctx, &csi.CreateVolumeRequest{Name: "pvc-csi-endpoint", CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{capv}, Parameters: sc.Parameters})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fa.Volumes()["pvc-csi-endpoint"].Size != 64<<20 || vol.GetVolume().GetVolumeContext()["pillar-csi.io/targetAddress"] != "192.0.2.20" {
+		t.Errorf("volume %v, agent has %v", vol.GetVolume(), fa.Volumes())
+	}
+	const node = "worker-1/nqn.2014-08.org.nvmexpress:uuid:11111111-0000-4000-8000-000000000001"
+	if _, err := cc.ControllerPublishVolume(cctx, &csi.ControllerPublishVolumeRequest{VolumeId: "pvc-csi-endpoint", NodeId: node, VolumeCapability: capv}); err != nil {
+		t.Fatal(err)
+	}
+	if h := fa.Exports()["pvc-csi-endpoint"].Hosts; len(h) != 1 {
+		t.Errorf("allowed hosts %v", h)
+	}
+	if _, err := cc.ControllerUnpublishVolume(cctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "pvc-csi-endpoint", NodeId: node}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-csi-endpoint"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(fa.Volumes()) != 0 || len(fa.Exports()) != 0 {
+		t.Errorf("left on the agent: %v, %v", fa.Volumes(), fa.Exports())
+	}
+	deleteAndWait(t, psc, p, s, a)
+}
