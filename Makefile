@@ -106,8 +106,8 @@ test: $(BIN)/kube-apiserver $(BIN)/etcd $(FLOOR_APISERVER) ## Run every module's
 		echo ">> go test $$m"; \
 		(cd $$m && GOWORK=off go test $(TESTFLAGS) ./...) || failed="$$failed $$m"; \
 	done; \
-	echo ">> go test csidriver/controllerapp against kube-apiserver $(FLOOR_VERSION)"; \
-	(cd csidriver && PILLAR_TEST_KUBE_APISERVER=$(FLOOR_APISERVER) GOWORK=off go test -count=1 $(TESTFLAGS) ./controllerapp/) || failed="$$failed csidriver/controllerapp@$(FLOOR_VERSION)"; \
+	echo ">> go test csidriver/controllerapp and csidriver/controller against kube-apiserver $(FLOOR_VERSION)"; \
+	(cd csidriver && PILLAR_TEST_KUBE_APISERVER=$(FLOOR_APISERVER) GOWORK=off go test -count=1 $(TESTFLAGS) ./controllerapp/ ./controller/) || failed="$$failed csidriver@$(FLOOR_VERSION)"; \
 	if [ -n "$$failed" ]; then echo "make test: tests failed in:$$failed" >&2; exit 1; fi
 
 # The kernel lab's command; `go build` decides whether it is stale.

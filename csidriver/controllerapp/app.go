@@ -183,11 +183,17 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	if err != nil {
 		return nil, err
 	}
+	push := newPusher(log)
 	ctrls, err := reconcile.Setup(mgr, reconcile.Options{
-		AgentRefresh:   opts.AgentRefresh,
-		StoreRefresh:   opts.StoreRefresh,
-		OnAgentRestart: opts.OnAgentRestart,
-		Metrics:        m,
+		AgentRefresh: opts.AgentRefresh,
+		StoreRefresh: opts.StoreRefresh,
+		OnAgentRestart: func(agent string) {
+			push.notify(agent)
+			if opts.OnAgentRestart != nil {
+				opts.OnAgentRestart(agent)
+			}
+		},
+		Metrics: m,
 		Pool: agentclient.Options{
 			CallTimeout: opts.AgentCallTimeout,
 			Logger:      log,
@@ -207,9 +213,13 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		}
 		return nil
 	}
+	svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Connector: ctrls.Connector,
+		StoreChanged: ctrls.StoreChanged, Logger: log})
+	push.svc, push.client, push.recorder = svc, mgr.GetClient(), mgr.GetEventRecorder("pillar-controller")
+	if err := mgr.Add(push); err != nil {
+		return nil, err
+	}
 	if opts.CSIEndpoint != "" {
-		svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Connector: ctrls.Connector,
-			StoreChanged: ctrls.StoreChanged, Logger: log})
 		if err := mgr.Add(&csiServer{endpoint: opts.CSIEndpoint, grace: graceful, log: log,
 			services: server.Services{Identity: identity.New(cachesSynced, true), Controller: svc}}); err != nil {
 			return nil, err

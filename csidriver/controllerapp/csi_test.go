@@ -2,6 +2,7 @@ package controllerapp_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 
 // TestCSIEndpoint drives pillar-controller's CSI endpoint as the
 // external-provisioner would: a volume from a generated StorageClass's
-// parameters is created, published, unpublished and deleted.
+// parameters is created, published, brought back after a storage-node
+// reboot, unpublished and deleted.
 func TestCSIEndpoint(t *testing.T) {
 	ctx := context.Background()
 	fa := startAgent(t, fakeagent.Options{NodeName: "storage-csi", Version: "v1"})
@@ -69,6 +71,25 @@ func TestCSIEndpoint(t *testing.T) {
 	if h := fa.Exports()["pvc-csi-endpoint"].Hosts; len(h) != 1 {
 		t.Errorf("allowed hosts %v", h)
 	}
+	// The storage node reboots: configfs is empty, the agent comes back as
+	// a new instance; the controller pushes the export back, with the
+	// published node's host, and says so on the PillarAgent.
+	fa.WipeExports()
+	start := time.Now()
+	if err := fa.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, quick, func() error {
+		e, ok := fa.Exports()["pvc-csi-endpoint"]
+		if !ok || len(e.Hosts) != 1 || e.Hosts[0] != "nqn.2014-08.org.nvmexpress:uuid:11111111-0000-4000-8000-000000000001" {
+			return fmt.Errorf("export after the reboot: %+v, %v", e, ok)
+		}
+		return nil
+	})
+	t.Logf("export restored %v after the agent came back", time.Since(start).Round(10*time.Millisecond))
+	waitEvent(t, "agent-csi", "NodeRebooted", quick)
+	waitEvent(t, "agent-csi", "ExportsPushed", quick)
+
 	if _, err := cc.ControllerUnpublishVolume(cctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "pvc-csi-endpoint", NodeId: node}); err != nil {
 		t.Fatal(err)
 	}

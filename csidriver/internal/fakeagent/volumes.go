@@ -257,3 +257,43 @@ func (s *service) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*
 	}
 	return &agentv1.DenyHostResponse{}, nil
 }
+
+// WipeExports removes every export, as a storage-node reboot empties
+// configfs; volumes and fencing marks stay (they are on disk).
+func (a *Agent) WipeExports() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.exports = map[string]Export{}
+}
+
+func (s *service) Reconcile(ctx context.Context, req *agentv1.ReconcileRequest) (*agentv1.ReconcileResponse, error) {
+	a := s.a
+	resp := &agentv1.ReconcileResponse{}
+	named := map[string]bool{}
+	for _, d := range req.GetExports() {
+		named[d.GetVolumeId()] = true
+		err := a.fenced(ctx, "Reconcile", d.GetVolumeId(), fencing.KindMutate, d.GetFencingToken(), func() error {
+			if _, ok := a.volumes[d.GetVolumeId()]; !ok {
+				return status.Errorf(codes.NotFound, "volume %s does not exist", d.GetVolumeId())
+			}
+			hosts := slices.Clone(d.GetAllowedHostNqns())
+			slices.Sort(hosts)
+			a.exports[d.GetVolumeId()] = Export{NQN: d.GetSubsystemNqn(), ACL: d.GetNvmeofTcp().GetAclEnabled(), Hosts: hosts}
+			return nil
+		})
+		r := &agentv1.ReconcileResult{VolumeId: d.GetVolumeId(), Code: int32(status.Code(err)), Message: status.Convert(err).Message()}
+		if rej, ok := agentv1.FencingRejectionOf(err); ok {
+			r.FencingRejection = rej
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, e := range a.exports {
+		if !named[id] {
+			resp.RetainedSubsystemNqns = append(resp.RetainedSubsystemNqns, e.NQN)
+		}
+	}
+	slices.Sort(resp.RetainedSubsystemNqns)
+	return resp, nil
+}

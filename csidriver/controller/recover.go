@@ -1,0 +1,148 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
+)
+
+// Pushed is what PushExports did on one agent.
+type Pushed struct {
+	// Restored are the volumes whose export the agent converged.
+	Restored []string
+	// Failed maps a volume to why its entry failed (the agent's message or
+	// a fencing refusal); Busy volumes had an operation in flight and are
+	// left to it and to the next push.
+	Failed map[string]string
+	Busy   []string
+	// Retained are pillar-owned subsystems the agent has that no pushed
+	// entry named and that it kept, because it cannot tell their volume is
+	// gone.
+	Retained []string
+}
+
+// Done reports whether every volume was restored.
+func (p Pushed) Done() bool { return len(p.Failed) == 0 && len(p.Busy) == 0 }
+
+// PushExports pushes the desired export of every exported volume on the
+// agent's stores with the agent's Reconcile RPC: after an agent restart or
+// a storage-node reboot (which empties configfs) the exports come back,
+// with exactly the allowed hosts of the volume's publications, under a
+// fresh fencing token each, so nothing this controller no longer owns is
+// touched.
+func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, error) {
+	out := Pushed{Failed: map[string]string{}}
+	var stores v1alpha1.PillarStoreList
+	if err := s.cfg.Client.List(ctx, &stores); err != nil {
+		return out, status.Errorf(codes.Unavailable, "listing PillarStores: %v", err)
+	}
+	byName := map[v1alpha1.ObjectName]*agentv1.Store{}
+	for i := range stores.Items {
+		if st := &stores.Items[i]; string(st.Spec.AgentName) == agentName {
+			if p := agentclient.StoreFor(st); p != nil {
+				byName[v1alpha1.ObjectName(st.Name)] = p
+			}
+		}
+	}
+	if len(byName) == 0 {
+		return out, nil
+	}
+	var vols v1alpha1.PillarVolumeStateList
+	if err := s.cfg.Reader.List(ctx, &vols); err != nil {
+		return out, status.Errorf(codes.Unavailable, "listing PillarVolumeStates: %v", err)
+	}
+	var a v1alpha1.PillarAgent
+	if err := s.cfg.Client.Get(ctx, client.ObjectKey{Name: agentName}, &a); err != nil {
+		return out, status.Errorf(codes.Unavailable, "reading PillarAgent %q: %v", agentName, err)
+	}
+	conn, err := s.cfg.Connector.Connect(ctx, &a)
+	if err != nil {
+		return out, status.Errorf(codes.Unavailable, "agent %q: %v", agentName, err)
+	}
+
+	var desired []*agentv1.DesiredExport
+	var unlocks []func()
+	defer func() {
+		for _, u := range unlocks {
+			u()
+		}
+	}()
+	for i := range vols.Items {
+		v := &vols.Items[i]
+		store, ok := byName[v.Spec.StoreName]
+		if !ok || !v.Status.Exported || v.Spec.Export == nil || !v.DeletionTimestamp.IsZero() {
+			continue
+		}
+		unlock, err := s.lock(v.Name)
+		if err != nil {
+			out.Busy = append(out.Busy, v.Name)
+			continue
+		}
+		unlocks = append(unlocks, unlock)
+		var entry *agentv1.DesiredExport
+		err = s.retrying(ctx, v.Name, func(v *v1alpha1.PillarVolumeState) error {
+			if v == nil || !v.Status.Exported || v.Spec.Export == nil {
+				entry = nil
+				return nil
+			}
+			tok, err := s.issue(ctx, v)
+			if err != nil {
+				return err
+			}
+			entry = desiredExport(v, store, tok)
+			return nil
+		})
+		if err != nil {
+			out.Failed[v.Name] = err.Error()
+			continue
+		}
+		if entry != nil {
+			desired = append(desired, entry)
+		}
+	}
+	resp, err := conn.Agent.Reconcile(ctx, &agentv1.ReconcileRequest{Exports: desired})
+	if err != nil {
+		return out, agentError(agentName, "Reconcile", err)
+	}
+	for _, r := range resp.GetResults() {
+		if codes.Code(r.GetCode()) == codes.OK {
+			out.Restored = append(out.Restored, r.GetVolumeId())
+			continue
+		}
+		msg := r.GetMessage()
+		if rej := r.GetFencingRejection(); rej != nil {
+			msg = fmt.Sprintf("fencing %s: %s", rej.GetReason(), msg)
+		}
+		out.Failed[r.GetVolumeId()] = fmt.Sprintf("%s: %s", codes.Code(r.GetCode()), msg)
+	}
+	out.Retained = resp.GetRetainedSubsystemNqns()
+	slices.Sort(out.Restored)
+	s.log.Info("desired exports pushed", "agent", agentName, "restored", len(out.Restored), "failed", len(out.Failed),
+		"busy", len(out.Busy), "retained", strings.Join(out.Retained, ","))
+	return out, nil
+}
+
+// desiredExport is a volume's export as its record states it, with the
+// host NQNs of its publications when host ACLs are on.
+func desiredExport(v *v1alpha1.PillarVolumeState, store *agentv1.Store, tok *agentv1.FencingToken) *agentv1.DesiredExport {
+	e := v.Spec.Export
+	d := &agentv1.DesiredExport{FencingToken: tok, VolumeId: v.Name, Store: store, SubsystemNqn: string(e.SubsystemNQN),
+		Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}}
+	if *e.ACLEnabled {
+		for _, p := range v.Spec.Publications {
+			if !slices.Contains(d.AllowedHostNqns, string(p.HostNQN)) {
+				d.AllowedHostNqns = append(d.AllowedHostNqns, string(p.HostNQN))
+			}
+		}
+	}
+	return d
+}
