@@ -175,7 +175,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 		}
 		resp, err := conn.Agent.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store, CapacityBytes: v.Spec.CapacityBytes})
 		if err != nil {
-			return nil, agentError(v.Name, "CreateVolume", err)
+			return nil, s.agentError(v.Name, "CreateVolume", err)
 		}
 		v.Status.BackendCreated, v.Status.CapacityBytes = true, resp.GetVolume().GetCapacityBytes()
 		if err := s.writeStatus(ctx, v, "BackendCreated", "the backend volume exists"); err != nil {
@@ -209,7 +209,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 			SubsystemNqn: string(e.SubsystemNQN),
 			Transport:    &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}})
 		if err != nil {
-			return nil, agentError(v.Name, "ExportVolume", err)
+			return nil, s.agentError(v.Name, "ExportVolume", err)
 		}
 		v.Status.Exported = true
 		if err := s.writeStatus(ctx, v, "Exported", "provisioned and exported"); err != nil {

@@ -63,7 +63,7 @@ func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) e
 			return err
 		}
 		if _, err := conn.Agent.UnexportVolume(ctx, &agentv1.UnexportVolumeRequest{FencingToken: tok, VolumeId: v.Name, SubsystemNqn: string(v.Spec.Export.SubsystemNQN)}); err != nil {
-			return agentError(v.Name, "UnexportVolume", err)
+			return s.agentError(v.Name, "UnexportVolume", err)
 		}
 		v.Status.Exported = false
 		if err := s.writeStatus(ctx, v, "Unexported", "being deleted: the export is removed"); err != nil {
@@ -79,7 +79,7 @@ func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) e
 		return err
 	}
 	if _, err := conn.Agent.DeleteVolume(ctx, &agentv1.DeleteVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store}); err != nil {
-		return agentError(v.Name, "DeleteVolume", err)
+		return s.agentError(v.Name, "DeleteVolume", err)
 	}
 	v.Status.BackendCreated = false
 	s.storeChanged(v.Spec.StoreName)

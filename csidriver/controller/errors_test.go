@@ -32,9 +32,9 @@ func TestAgentError(t *testing.T) {
 		{status.Error(codes.Unknown, "?"), codes.Internal, "?"},
 		{errors.New("not a status"), codes.Internal, "not a status"},
 	} {
-		err := agentError("v", "CreateVolume", c.in)
+		err := mapAgentError("v", "CreateVolume", c.in)
 		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "volume v: CreateVolume") && c.in != fenced {
-			t.Errorf("agentError(%v) = %v, want %s mentioning %q", c.in, err, c.code, c.says)
+			t.Errorf("mapAgentError(%v) = %v, want %s mentioning %q", c.in, err, c.code, c.says)
 		}
 	}
 }

@@ -61,11 +61,19 @@ func (s *Service) retrying(ctx context.Context, id string, step func(v *v1alpha1
 	return errorf(codes.Aborted, id, "lost %d races for the PillarVolumeState in a row; retry", maxRaces)
 }
 
-// agentError maps an agent's error to the CSI error of a call on volume
+// agentError maps an agent's error and counts fencing refusals.
+func (s *Service) agentError(id, what string, err error) error {
+	if rej, ok := agentv1.FencingRejectionOf(err); ok {
+		s.cfg.Metrics.fencingRejected(rej.GetReason())
+	}
+	return mapAgentError(id, what, err)
+}
+
+// mapAgentError maps an agent's error to the CSI error of a call on volume
 // id. A fencing refusal is FAILED_PRECONDITION with its reason and both
 // tokens: it means another controller (or a later call) has moved the
 // volume on, and is never retried blindly.
-func agentError(id, what string, err error) error {
+func mapAgentError(id, what string, err error) error {
 	if rej, ok := agentv1.FencingRejectionOf(err); ok {
 		return errorf(codes.FailedPrecondition, id, "%s refused by the agent's fencing (%s: presented generation %d of lifecycle %s, the agent's mark is at %d of %s); "+
 			"a newer operation or another controller has taken the volume over",

@@ -73,7 +73,7 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 		}
 		if _, err := conn.Agent.AllowHost(ctx, &agentv1.AllowHostRequest{FencingToken: tok, VolumeId: id,
 			SubsystemNqn: string(v.Spec.Export.SubsystemNQN), HostNqn: node.HostNQN}); err != nil {
-			return agentError(id, "AllowHost", err)
+			return s.agentError(id, "AllowHost", err)
 		}
 		return nil
 	})
@@ -146,7 +146,7 @@ func (s *Service) ControllerUnpublishVolume(ctx context.Context, req *csi.Contro
 				}
 				if _, err := conn.Agent.DenyHost(ctx, &agentv1.DenyHostRequest{FencingToken: tok, VolumeId: id,
 					SubsystemNqn: string(v.Spec.Export.SubsystemNQN), HostNqn: string(p.HostNQN)}); err != nil {
-					return agentError(id, "DenyHost", err)
+					return s.agentError(id, "DenyHost", err)
 				}
 			}
 		}

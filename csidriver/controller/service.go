@@ -34,6 +34,8 @@ type Config struct {
 	Reader client.Reader
 	// Connector reaches agents (shared with the reconcilers).
 	Connector *reconcile.Connector
+	// Metrics may be nil.
+	Metrics *Metrics
 	// StoreChanged is told about a store whose space changed; may be nil.
 	StoreChanged func(store string)
 	// Logger; slog.Default() if nil.

@@ -213,14 +213,18 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		}
 		return nil
 	}
+	cm, err := controller.NewMetrics(metricsReg, mgr.GetClient())
+	if err != nil {
+		return nil, err
+	}
 	svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Connector: ctrls.Connector,
-		StoreChanged: ctrls.StoreChanged, Logger: log})
+		StoreChanged: ctrls.StoreChanged, Metrics: cm, Logger: log})
 	push.svc, push.client, push.recorder = svc, mgr.GetClient(), mgr.GetEventRecorder("pillar-controller")
 	if err := mgr.Add(push); err != nil {
 		return nil, err
 	}
 	if opts.CSIEndpoint != "" {
-		if err := mgr.Add(&csiServer{endpoint: opts.CSIEndpoint, grace: graceful, log: log,
+		if err := mgr.Add(&csiServer{endpoint: opts.CSIEndpoint, grace: graceful, log: log, metrics: cm,
 			services: server.Services{Identity: identity.New(cachesSynced, true), Controller: svc}}); err != nil {
 			return nil, err
 		}
@@ -274,6 +278,7 @@ type csiServer struct {
 	grace    time.Duration
 	log      *slog.Logger
 	services server.Services
+	metrics  *controller.Metrics
 }
 
 func (c *csiServer) Start(ctx context.Context) error {
@@ -282,7 +287,7 @@ func (c *csiServer) Start(ctx context.Context) error {
 		return err
 	}
 	c.log.Info("serving CSI", "endpoint", c.endpoint)
-	return server.Serve(ctx, server.New(c.services, c.log), l, c.grace)
+	return server.Serve(ctx, server.New(c.services, c.log, c.metrics.Interceptor()), l, c.grace)
 }
 
 func (c *csiServer) NeedLeaderElection() bool { return false }

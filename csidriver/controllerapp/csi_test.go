@@ -3,6 +3,9 @@ package controllerapp_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +102,21 @@ func TestCSIEndpoint(t *testing.T) {
 	if len(fa.Volumes()) != 0 || len(fa.Exports()) != 0 {
 		t.Errorf("left on the agent: %v, %v", fa.Volumes(), fa.Exports())
 	}
+	// The calls and the volumes show on /metrics.
+	eventually(t, quick, func() error {
+		resp, err := http.Get(metricsURL)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{`pillar_controller_csi_operation_duration_seconds_count{code="OK",method="/csi.v1.Controller/CreateVolume"}`,
+			`pillar_controller_volumes{state="ready"}`} {
+			if !strings.Contains(string(b), want) {
+				return fmt.Errorf("/metrics lacks %s", want)
+			}
+		}
+		return nil
+	})
 	deleteAndWait(t, psc, p, s, a)
 }

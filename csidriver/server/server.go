@@ -86,12 +86,13 @@ func removeStaleSocket(p string) error {
 const staleSocketProbe = time.Second
 
 // New returns a gRPC server with the services registered and the logging
-// interceptor installed.
-func New(s Services, log *slog.Logger) *grpc.Server {
+// interceptor installed, outermost, before the extra interceptors (such
+// as a service's metrics).
+func New(s Services, log *slog.Logger, extra ...grpc.UnaryServerInterceptor) *grpc.Server {
 	if log == nil {
 		log = slog.Default()
 	}
-	g := grpc.NewServer(grpc.UnaryInterceptor(logCalls(log)))
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{logCalls(log)}, extra...)...))
 	if s.Identity != nil {
 		csi.RegisterIdentityServer(g, s.Identity)
 	}
