@@ -23,6 +23,7 @@ import (
 const (
 	paramPVCName      = "csi.storage.k8s.io/pvc/name"
 	paramPVCNamespace = "csi.storage.k8s.io/pvc/namespace"
+	paramPVName       = "csi.storage.k8s.io/pv/name"
 )
 
 // Annotations on a PillarVolumeState naming the claim it was created for,
@@ -133,6 +134,9 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 		v.Annotations[AnnotationPVCName] = n
 		v.Annotations[AnnotationPVCNamespace] = params[paramPVCNamespace]
 	}
+	if n := params[paramPVName]; n != "" {
+		v.Annotations[AnnotationPVName] = n
+	}
 	if err := s.cfg.Client.Create(ctx, v); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, errLostRace
@@ -162,7 +166,7 @@ func compatible(v *v1alpha1.PillarVolumeState, store, proto string, r *csi.Capac
 // provision runs the steps the record does not show as done yet.
 func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, r *csi.CapacityRange) (*v1alpha1.PillarVolumeState, error) {
 	if v.Spec.Export == nil {
-		return nil, errorf(codes.FailedPrecondition, v.Name, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as the README's recovery procedure says")
+		return nil, errorf(codes.FailedPrecondition, v.Name, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as %s", recoveryDoc)
 	}
 	_, store, conn, err := s.storeOf(ctx, v.Spec.StoreName)
 	if err != nil {
@@ -206,7 +210,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 		}
 		e := v.Spec.Export
 		_, err = conn.Agent.ExportVolume(ctx, &agentv1.ExportVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store,
-			SubsystemNqn: string(e.SubsystemNQN),
+			SubsystemNqn: subsystemNQN(v),
 			Transport:    &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}})
 		if err != nil {
 			return nil, s.agentError(v.Name, "ExportVolume", err)
@@ -267,5 +271,5 @@ func (s *Service) volumeContext(ctx context.Context, v *v1alpha1.PillarVolumeSta
 			return nil, errorf(codes.FailedPrecondition, v.Name, "the export listens on every address and the agent's address %q is not an IP address: set the PillarProtocol's bindAddress", host)
 		}
 	}
-	return export.VolumeContext{Transport: export.TransportTCP, Address: addr, Port: uint16(e.Port), SubsystemNQN: string(e.SubsystemNQN), Connect: opts}.Map(), nil
+	return export.VolumeContext{Transport: export.TransportTCP, Address: addr, Port: uint16(e.Port), SubsystemNQN: subsystemNQN(v), Connect: opts}.Map(), nil
 }

@@ -62,7 +62,7 @@ func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) e
 		if err != nil {
 			return err
 		}
-		if _, err := conn.Agent.UnexportVolume(ctx, &agentv1.UnexportVolumeRequest{FencingToken: tok, VolumeId: v.Name, SubsystemNqn: string(v.Spec.Export.SubsystemNQN)}); err != nil {
+		if _, err := conn.Agent.UnexportVolume(ctx, &agentv1.UnexportVolumeRequest{FencingToken: tok, VolumeId: v.Name, SubsystemNqn: subsystemNQN(v)}); err != nil {
 			return s.agentError(v.Name, "UnexportVolume", err)
 		}
 		v.Status.Exported = false

@@ -39,6 +39,19 @@
 // ControllerUnpublishVolume denies the host first and removes the
 // publication after.
 //
+// # Recovery
+//
+// After a new agent instance (a restart, a storage-node reboot),
+// PushExports sends the desired export of every exported volume on that
+// agent's stores to the agent's Reconcile RPC, with the allowed hosts of
+// its publications, each entry under a fresh token. VolumeStateReconciler
+// keeps the ExportSpecMissing condition of records without an export spec
+// (legacy volumes: the controller never guesses bindAddress, port or
+// aclEnabled; once the operator states them, the next call resumes, the
+// export included), and rolls back a provisioning that never completed
+// once its claim is gone and no PersistentVolume holds it — never a volume
+// that has a PV.
+//
 // Calls for one volume are serialized per controller (a second gets
 // ABORTED); across controllers the compare-and-swap orders them.
 package controller

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
@@ -105,4 +106,17 @@ func lostOr(err error, id, what string) error {
 		return errorf(codes.NotFound, id, "the PillarVolumeState was deleted")
 	}
 	return errorf(codes.Unavailable, id, "%s: %v", what, err)
+}
+
+// subsystemNQN is the NQN of the volume's subsystem: the one the record
+// states, or (when it states none, as records of early releases do) the
+// one api/export derives from the volume ID.
+func subsystemNQN(v *v1alpha1.PillarVolumeState) string {
+	if v.Spec.Export != nil && v.Spec.Export.SubsystemNQN != "" {
+		return string(v.Spec.Export.SubsystemNQN)
+	}
+	if id, err := export.For(v.Name); err == nil {
+		return id.SubsystemNQN
+	}
+	return ""
 }

@@ -44,8 +44,19 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 		if v == nil || !v.DeletionTimestamp.IsZero() {
 			return errorf(codes.NotFound, id, "no such volume")
 		}
-		if !v.Status.Exported || v.Spec.Export == nil {
-			return errorf(codes.FailedPrecondition, id, "the volume is not provisioned and exported yet")
+		if v.Spec.Export == nil {
+			return errorf(codes.FailedPrecondition, id, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as %s", recoveryDoc)
+		}
+		if !v.Status.BackendCreated {
+			return errorf(codes.FailedPrecondition, id, "the volume is not provisioned yet")
+		}
+		if !v.Status.Exported {
+			// A legacy volume whose export spec the operator just stated,
+			// or an export interrupted: finish it first.
+			var err error
+			if v, err = s.provision(ctx, v, nil); err != nil {
+				return err
+			}
 		}
 		i := slices.IndexFunc(v.Spec.Publications, func(p v1alpha1.Publication) bool { return p.NodeID == want.NodeID })
 		if i >= 0 && v.Spec.Publications[i] != want {
@@ -72,7 +83,7 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 			return err
 		}
 		if _, err := conn.Agent.AllowHost(ctx, &agentv1.AllowHostRequest{FencingToken: tok, VolumeId: id,
-			SubsystemNqn: string(v.Spec.Export.SubsystemNQN), HostNqn: node.HostNQN}); err != nil {
+			SubsystemNqn: subsystemNQN(v), HostNqn: node.HostNQN}); err != nil {
 			return s.agentError(id, "AllowHost", err)
 		}
 		return nil
@@ -145,7 +156,7 @@ func (s *Service) ControllerUnpublishVolume(ctx context.Context, req *csi.Contro
 					continue
 				}
 				if _, err := conn.Agent.DenyHost(ctx, &agentv1.DenyHostRequest{FencingToken: tok, VolumeId: id,
-					SubsystemNqn: string(v.Spec.Export.SubsystemNQN), HostNqn: string(p.HostNQN)}); err != nil {
+					SubsystemNqn: subsystemNQN(v), HostNqn: string(p.HostNQN)}); err != nil {
 					return s.agentError(id, "DenyHost", err)
 				}
 			}

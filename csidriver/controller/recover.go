@@ -135,7 +135,7 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 // host NQNs of its publications when host ACLs are on.
 func desiredExport(v *v1alpha1.PillarVolumeState, store *agentv1.Store, tok *agentv1.FencingToken) *agentv1.DesiredExport {
 	e := v.Spec.Export
-	d := &agentv1.DesiredExport{FencingToken: tok, VolumeId: v.Name, Store: store, SubsystemNqn: string(e.SubsystemNQN),
+	d := &agentv1.DesiredExport{FencingToken: tok, VolumeId: v.Name, Store: store, SubsystemNqn: subsystemNQN(v),
 		Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}}
 	if *e.ACLEnabled {
 		for _, p := range v.Spec.Publications {

@@ -94,6 +94,10 @@ type Options struct {
 	// Logger receives every log line (controller-runtime's and
 	// client-go's too); slog.Default() if nil.
 	Logger *slog.Logger
+	// AbandonAfter is how long a volume whose CreateVolume never completed
+	// may wait for its claim before it is rolled back;
+	// controller.DefaultAbandonAfter if zero.
+	AbandonAfter time.Duration
 	// CSIEndpoint is where the CSI Identity and Controller services are
 	// served (unix:///path or tcp://host:port); empty serves none. Every
 	// replica serves them, leader or not: the CSI sidecars elect their own
@@ -220,6 +224,10 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Connector: ctrls.Connector,
 		StoreChanged: ctrls.StoreChanged, Metrics: cm, Logger: log})
 	push.svc, push.client, push.recorder = svc, mgr.GetClient(), mgr.GetEventRecorder("pillar-controller")
+	if err := (&controller.VolumeStateReconciler{Service: svc, Recorder: mgr.GetEventRecorder("pillar-controller"),
+		AbandonAfter: opts.AbandonAfter}).Setup(mgr); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(push); err != nil {
 		return nil, err
 	}

@@ -297,3 +297,11 @@ func (s *service) Reconcile(ctx context.Context, req *agentv1.ReconcileRequest) 
 	slices.Sort(resp.RetainedSubsystemNqns)
 	return resp, nil
 }
+
+// SeedVolume puts a backend volume in the model, as one made by an earlier
+// release would be.
+func (a *Agent) SeedVolume(id, store string, size int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.volumes[id] = Volume{Store: store, Size: size}
+}
