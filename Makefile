@@ -122,6 +122,7 @@ pillar-lab:
 test-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
 	$(call build-binary,pillar-controller)
 	$(call build-binary,pillar-agent)
+	$(call build-binary,pillar-node)
 	$(BIN)/pillar-lab test $(LABFLAGS)
 
 # The in-VM benchmarks, each against its baseline in the same run: configfs

@@ -86,6 +86,9 @@ type lab struct {
 	kubeconfig string // of controllerUser
 	apiLog     *syncBuffer
 	controller *proc
+	// csiEndpoint is where pillar-controller serves the CSI Identity
+	// and Controller services (-csi-endpoint).
+	csiEndpoint string
 }
 
 var shared struct {
@@ -145,9 +148,9 @@ func start(t *testing.T) (*lab, error) {
 	// envtest logs through controller-runtime: with the control plane's
 	// output, shown when it does not start.
 	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(l.apiLog, nil)))
-	for _, b := range []string{"etcd", "kube-apiserver", "pillar-controller", "pillar-agent"} {
+	for _, b := range []string{"etcd", "kube-apiserver", "pillar-controller", "pillar-agent", "pillar-node"} {
 		if _, err := os.Stat(filepath.Join(l.bin, b)); err != nil {
-			return nil, fmt.Errorf("%s is missing from %s (%w): `make test-kernel` builds pillar-controller and pillar-agent there, "+
+			return nil, fmt.Errorf("%s is missing from %s (%w): `make test-kernel` builds pillar-controller, pillar-agent and pillar-node there, "+
 				"`make tools` etcd and kube-apiserver; this suite never builds Go code in the guest", b, l.bin, err)
 		}
 	}
@@ -292,6 +295,7 @@ func (l *lab) installRBAC() error {
 // guest), and waits until it holds the Lease.
 func (l *lab) startController(t *testing.T) error {
 	metrics, health := freePort(t), freePort(t)
+	l.csiEndpoint = "unix://" + filepath.Join(os.TempDir(), fmt.Sprintf("pillar-controller-%d.sock", os.Getpid()))
 	p, err := startProc("pillar-controller", filepath.Join(l.bin, "pillar-controller"), []string{"KUBECONFIG=" + l.kubeconfig},
 		"-namespace", namespace,
 		"-leader-elect=true", "-leader-election-id", leaseName,
@@ -300,7 +304,7 @@ func (l *lab) startController(t *testing.T) error {
 		"-metrics-address", fmt.Sprintf("127.0.0.1:%d", metrics),
 		"-health-address", fmt.Sprintf("127.0.0.1:%d", health),
 		"-agent-refresh", "10s", "-store-refresh", "2s", "-agent-call-timeout", "20s",
-		"-csi-endpoint", "unix://"+filepath.Join(os.TempDir(), fmt.Sprintf("pillar-controller-%d.sock", os.Getpid())),
+		"-csi-endpoint", l.csiEndpoint,
 		"-log-level", "debug")
 	if err != nil {
 		return err
