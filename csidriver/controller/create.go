@@ -7,6 +7,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -179,7 +180,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 		}
 		resp, err := conn.Agent.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store, CapacityBytes: v.Spec.CapacityBytes})
 		if err != nil {
-			return nil, s.agentError(v.Name, "CreateVolume", err)
+			return nil, s.agentError(v, "CreateVolume", err)
 		}
 		v.Status.BackendCreated, v.Status.CapacityBytes = true, resp.GetVolume().GetCapacityBytes()
 		if err := s.writeStatus(ctx, v, "BackendCreated", "the backend volume exists"); err != nil {
@@ -213,12 +214,14 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 			SubsystemNqn: subsystemNQN(v),
 			Transport:    &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}})
 		if err != nil {
-			return nil, s.agentError(v.Name, "ExportVolume", err)
+			return nil, s.agentError(v, "ExportVolume", err)
 		}
 		v.Status.Exported = true
 		if err := s.writeStatus(ctx, v, "Exported", "provisioned and exported"); err != nil {
 			return nil, err
 		}
+		s.event(v, corev1.EventTypeNormal, "Provisioned", "%d bytes in store %s, exported as %s on %s:%d (host ACLs %v)",
+			v.Status.CapacityBytes, v.Spec.StoreName, subsystemNQN(v), e.BindAddress, e.Port, *e.ACLEnabled)
 	}
 	return v, nil
 }

@@ -63,7 +63,7 @@ func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) e
 			return err
 		}
 		if _, err := conn.Agent.UnexportVolume(ctx, &agentv1.UnexportVolumeRequest{FencingToken: tok, VolumeId: v.Name, SubsystemNqn: subsystemNQN(v)}); err != nil {
-			return s.agentError(v.Name, "UnexportVolume", err)
+			return s.agentError(v, "UnexportVolume", err)
 		}
 		v.Status.Exported = false
 		if err := s.writeStatus(ctx, v, "Unexported", "being deleted: the export is removed"); err != nil {
@@ -79,7 +79,7 @@ func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) e
 		return err
 	}
 	if _, err := conn.Agent.DeleteVolume(ctx, &agentv1.DeleteVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store}); err != nil {
-		return s.agentError(v.Name, "DeleteVolume", err)
+		return s.agentError(v, "DeleteVolume", err)
 	}
 	v.Status.BackendCreated = false
 	s.storeChanged(v.Spec.StoreName)
@@ -101,9 +101,11 @@ func client404(err error) error {
 	return err
 }
 
-func nodesOf(v *v1alpha1.PillarVolumeState) []string {
+func nodesOf(v *v1alpha1.PillarVolumeState) []string { return nodesOfPubs(v.Spec.Publications) }
+
+func nodesOfPubs(pubs []v1alpha1.Publication) []string {
 	var out []string
-	for _, p := range v.Spec.Publications {
+	for _, p := range pubs {
 		out = append(out, p.NodeID)
 	}
 	return out

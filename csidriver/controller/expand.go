@@ -54,7 +54,7 @@ func (s *Service) ControllerExpandVolume(ctx context.Context, req *csi.Controlle
 		}
 		resp, err := conn.Agent.ExpandVolume(ctx, &agentv1.ExpandVolumeRequest{FencingToken: tok, VolumeId: id, Store: store, CapacityBytes: v.Spec.CapacityBytes})
 		if err != nil {
-			return s.agentError(id, "ExpandVolume", err)
+			return s.agentError(v, "ExpandVolume", err)
 		}
 		v.Status.CapacityBytes = resp.GetVolume().GetCapacityBytes()
 		got = v.Status.CapacityBytes

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
@@ -63,11 +64,13 @@ func (s *Service) retrying(ctx context.Context, id string, step func(v *v1alpha1
 }
 
 // agentError maps an agent's error and counts fencing refusals.
-func (s *Service) agentError(id, what string, err error) error {
+func (s *Service) agentError(v *v1alpha1.PillarVolumeState, what string, err error) error {
+	mapped := mapAgentError(v.Name, what, err)
 	if rej, ok := agentv1.FencingRejectionOf(err); ok {
 		s.cfg.Metrics.fencingRejected(rej.GetReason())
+		s.event(v, corev1.EventTypeWarning, "FencingRefused", "%s", status.Convert(mapped).Message())
 	}
-	return mapAgentError(id, what, err)
+	return mapped
 }
 
 // mapAgentError maps an agent's error to the CSI error of a call on volume

@@ -83,7 +83,7 @@ func (s *Service) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) 
 	}
 	resp, err := conn.Agent.GetCapacity(ctx, &agentv1.GetCapacityRequest{Store: store})
 	if err != nil {
-		return nil, s.agentError(name, "GetCapacity", err)
+		return nil, mapAgentError(name, "GetCapacity", err)
 	}
 	return &csi.GetCapacityResponse{AvailableCapacity: resp.GetAvailableBytes()}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
@@ -75,6 +76,9 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 		if err != nil {
 			return err
 		}
+		if i < 0 {
+			s.event(v, corev1.EventTypeNormal, "Published", "published to node %s (%s, read-only %v)", want.NodeID, want.AccessMode, want.ReadOnly)
+		}
 		if !*v.Spec.Export.ACLEnabled {
 			return nil
 		}
@@ -84,7 +88,7 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 		}
 		if _, err := conn.Agent.AllowHost(ctx, &agentv1.AllowHostRequest{FencingToken: tok, VolumeId: id,
 			SubsystemNqn: subsystemNQN(v), HostNqn: node.HostNQN}); err != nil {
-			return s.agentError(id, "AllowHost", err)
+			return s.agentError(v, "AllowHost", err)
 		}
 		return nil
 	})
@@ -157,7 +161,7 @@ func (s *Service) ControllerUnpublishVolume(ctx context.Context, req *csi.Contro
 				}
 				if _, err := conn.Agent.DenyHost(ctx, &agentv1.DenyHostRequest{FencingToken: tok, VolumeId: id,
 					SubsystemNqn: subsystemNQN(v), HostNqn: string(p.HostNQN)}); err != nil {
-					return s.agentError(id, "DenyHost", err)
+					return s.agentError(v, "DenyHost", err)
 				}
 			}
 		}
@@ -165,6 +169,7 @@ func (s *Service) ControllerUnpublishVolume(ctx context.Context, req *csi.Contro
 		if err := s.cfg.Client.Update(ctx, v); err != nil {
 			return lostOr(err, id, "removing the publication")
 		}
+		s.event(v, corev1.EventTypeNormal, "Unpublished", "unpublished from %s", nodesOfPubs(gone))
 		return nil
 	})
 	if err != nil {

@@ -111,7 +111,7 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 	}
 	resp, err := conn.Agent.Reconcile(ctx, &agentv1.ReconcileRequest{Exports: desired})
 	if err != nil {
-		return out, s.agentError(agentName, "Reconcile", err)
+		return out, mapAgentError(agentName, "Reconcile", err)
 	}
 	for _, r := range resp.GetResults() {
 		if codes.Code(r.GetCode()) == codes.OK {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/controller"
@@ -81,7 +83,8 @@ func TestReplacedLifecycle(t *testing.T) {
 	}
 	pool := agentclient.NewPool(agentclient.Options{CallTimeout: 5 * time.Second})
 	defer pool.Close()
-	s := controller.New(controller.Config{Client: user, Reader: user, Metrics: m, Connector: &reconcile.Connector{Client: user, Pool: pool}})
+	rec := events.NewFakeRecorder(16)
+	s := controller.New(controller.Config{Client: user, Reader: user, Metrics: m, Recorder: rec, Connector: &reconcile.Connector{Client: user, Pool: pool}})
 	id := uniq("pvc-handremoved")
 	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
 		t.Fatal(err)
@@ -108,6 +111,16 @@ func TestReplacedLifecycle(t *testing.T) {
 	}
 	if _, ok := agent.Volumes()[id]; !ok {
 		t.Error("the old volume is gone")
+	}
+	var seen []string
+	for len(rec.Events) > 0 {
+		seen = append(seen, <-rec.Events)
+	}
+	if !slices.ContainsFunc(seen, func(e string) bool { return strings.HasPrefix(e, "Normal Provisioned") }) ||
+		!slices.ContainsFunc(seen, func(e string) bool {
+			return strings.HasPrefix(e, "Warning FencingRefused") && strings.Contains(e, "REASON_LIFECYCLE_REPLACED")
+		}) {
+		t.Errorf("events on the records = %q, want Provisioned and FencingRefused", seen)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
@@ -36,6 +37,8 @@ type Config struct {
 	Connector *reconcile.Connector
 	// Metrics may be nil.
 	Metrics *Metrics
+	// Recorder records events on PillarVolumeStates; may be nil.
+	Recorder events.EventRecorder
 	// StoreChanged is told about a store whose space changed; may be nil.
 	StoreChanged func(store string)
 	// Logger; slog.Default() if nil.
@@ -123,6 +126,13 @@ func (s *Service) storeOf(ctx context.Context, name v1alpha1.ObjectName) (*v1alp
 func (s *Service) storeChanged(store v1alpha1.ObjectName) {
 	if s.cfg.StoreChanged != nil {
 		s.cfg.StoreChanged(string(store))
+	}
+}
+
+// event records an event on the volume's record.
+func (s *Service) event(v *v1alpha1.PillarVolumeState, typ, reason, format string, args ...any) {
+	if s.cfg.Recorder != nil {
+		s.cfg.Recorder.Eventf(v, nil, typ, reason, "CSI", format, args...)
 	}
 }
 

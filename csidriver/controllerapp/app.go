@@ -222,7 +222,7 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		return nil, err
 	}
 	svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Connector: ctrls.Connector,
-		StoreChanged: ctrls.StoreChanged, Metrics: cm, Logger: log})
+		StoreChanged: ctrls.StoreChanged, Metrics: cm, Recorder: mgr.GetEventRecorder("pillar-controller"), Logger: log})
 	push.svc, push.client, push.recorder = svc, mgr.GetClient(), mgr.GetEventRecorder("pillar-controller")
 	if err := (&controller.VolumeStateReconciler{Service: svc, Recorder: mgr.GetEventRecorder("pillar-controller"),
 		AbandonAfter: opts.AbandonAfter}).Setup(mgr); err != nil {
