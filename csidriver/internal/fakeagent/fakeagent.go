@@ -48,6 +48,7 @@ type Agent struct {
 	volumes map[string]Volume
 	exports map[string]Export
 	fail    map[string]error
+	after   map[string]func()
 
 	creds  credentials.TransportCredentials
 	addr   string

@@ -45,7 +45,7 @@ func (a *Agent) EnableVolumes(dir string, roundTo int64) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.marks, a.round = st, roundTo
-	a.volumes, a.exports, a.fail = map[string]Volume{}, map[string]Export{}, map[string]error{}
+	a.volumes, a.exports, a.fail, a.after = map[string]Volume{}, map[string]Export{}, map[string]error{}, map[string]func(){}
 	return nil
 }
 
@@ -65,6 +65,15 @@ func (a *Agent) FailNext(method string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.fail[method] = err
+}
+
+// AfterNext runs f once the next call of method has succeeded, before
+// its answer is sent: a test cancels the caller there, as a controller
+// that crashed between the agent's work and recording it.
+func (a *Agent) AfterNext(method string, f func()) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.after[method] = f
 }
 
 // Volumes and Exports return copies of the model.
@@ -110,6 +119,13 @@ func (a *Agent) fenced(ctx context.Context, method, id string, kind fencing.Kind
 		}
 		return act()
 	})
+	a.mu.Lock()
+	after := a.after[method]
+	delete(a.after, method)
+	a.mu.Unlock()
+	if after != nil && err == nil {
+		after()
+	}
 	if err != nil && !admitted && fencing.IsRejected(err) {
 		r := fencing.RejectionReason(err)
 		rej := &agentv1.FencingRejection{VolumeId: id, Presented: pt,
