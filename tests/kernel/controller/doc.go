@@ -26,9 +26,34 @@
 //     is Ready once the Secret with ca.crt, tls.crt and tls.key is created,
 //     and an LVM linear store behind it has the capacity `vgs` reports for
 //     its volume group; the same agent refuses a plaintext client, so
-//     Ready is no plaintext fallback.
+//     Ready is no plaintext fallback;
+//   - through the controller's CSI socket (-csi-endpoint) and two
+//     bin/pillar-node processes (workers A and B, each with its own host
+//     NQN, state directory and socket, sharing the guest's initiator), for
+//     a ZFS store and an LVM thin store, with the parameters of the
+//     StorageClass a PillarStorageClass generated: CreateVolume,
+//     ControllerPublish to A (A's host NQN alone in allowed_hosts), stage,
+//     publish, data written through ext4, ControllerExpand + NodeExpand
+//     growing the mounted filesystem, an RWO ControllerPublish to B
+//     refused (FailedPrecondition naming A), the move to B with the data
+//     intact, and DeleteVolume leaving no zvol or LV, no subsystem and no
+//     PillarVolumeState;
+//   - a storage-node reboot (the agent SIGKILLed, the volume's nvmet
+//     objects removed from configfs, the agent started again on the same
+//     fencing directory) heals with nobody acting: the controller pushes
+//     the desired export back (same serial, UUID, NGUID; A's host NQN
+//     allowed; an ExportsPushed event), A's initiator reconnects by itself
+//     and the data reads back through the mounted filesystem with the page
+//     cache dropped; the test logs how long the export and the "live"
+//     controller took after the restart;
+//   - an agent SIGKILLed while CreateVolume is in flight (once the zvol
+//     exists, and once the subsystem appears in configfs) leaves nothing a
+//     retried CreateVolume of the same name cannot finish: one zvol, a
+//     PillarVolumeState with backendCreated and exported, a whole export,
+//     and nothing after DeleteVolume.
 //
 // The guest runs Go about 25 times slower than the host, so every wait
-// allows minutes; a failure logs the controller's and agents' logs, and the
-// objects and events as the API server has them.
+// allows minutes; a failure logs the controller's, agents' and nodes'
+// logs, the objects and events as the API server has them, and each
+// volume's PillarVolumeState and nvmet subsystem.
 package controller

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
@@ -60,6 +61,7 @@ func TestCSIStorageNodeReboot(t *testing.T) {
 		t.Fatalf("initiator controllers of %s: %v, want one", v.nqn, ctrls)
 	}
 	t.Logf("before the reboot: %s; initiator %v", describeSubsystem(v.nqn), controllerStates(t, v.nqn))
+	identity := exportIdentity(v.nqn)
 
 	s.agent.kill()
 	wipeExport(t, v.nqn)
@@ -84,6 +86,11 @@ func TestCSIStorageNodeReboot(t *testing.T) {
 	t.Logf("TIMING: agent restart → export restored in configfs: %v; → A's controller live: %v (guest time)",
 		r.exported.Round(time.Millisecond), r.live.Round(time.Millisecond))
 	t.Logf("after the push: %s", describeSubsystem(v.nqn))
+	// The initiator keeps the namespace only if the re-created export
+	// is the same one.
+	if got := exportIdentity(v.nqn); got != identity {
+		t.Errorf("the restored export's identity is %s, before the reboot it was %s", got, identity)
+	}
 	sw.step("export restored and A's controller live")
 
 	ev := l.waitEventSince(t, s.name, "ExportsPushed", restarted)
@@ -110,17 +117,42 @@ func TestCSIStorageNodeReboot(t *testing.T) {
 }
 
 // TestCSIAgentKilledMidCreate SIGKILLs the agent while the controller's
-// CreateVolume is in flight (as soon as the zvol shows in `zfs list`),
-// restarts it, and retries CreateVolume with the same name until it
-// succeeds, as the external-provisioner does: there must be exactly one
-// zvol of that name, the PillarVolumeState must record it created and
-// exported, and DeleteVolume must leave nothing behind.
+// CreateVolume is in flight, restarts it, and retries CreateVolume with the
+// same name until it succeeds, as the external-provisioner does: there must
+// be exactly one zvol of that name, the PillarVolumeState must record it
+// created and exported, the export must be whole, and DeleteVolume must
+// leave nothing behind. The kill lands at two points: as soon as the zvol
+// shows in `zfs list` (the backend volume exists, nothing is recorded),
+// and as soon as the volume's subsystem appears in configfs (an export
+// half made).
 func TestCSIAgentKilledMidCreate(t *testing.T) {
 	l := setup(t)
 	s := newStack(t, l, "storage-kill", backendZFS)
 	st := s.stores[backendZFS]
-	sw := newStopwatch(t)
+	for _, kp := range []struct {
+		name string
+		what string
+		// seen reports whether the kill point is reached.
+		seen     func(t *testing.T, id, nqn string) bool
+		interval time.Duration
+	}{
+		{"zvol", "the zvol shows in zfs list", func(t *testing.T, id, _ string) bool { return slices.Contains(st.backendVolumes(t), id) }, 20 * time.Millisecond},
+		{"subsystem", "the subsystem appears in configfs", func(_ *testing.T, _, nqn string) bool {
+			_, err := os.Stat(filepath.Join(nvmetRoot, "subsystems", nqn))
+			return err == nil
+		}, 2 * time.Millisecond},
+	} {
+		t.Run(kp.name, func(t *testing.T) {
+			parent := s.t
+			s.t, s.agent.t = t, t
+			defer func() { s.t, s.agent.t = parent, parent }()
+			killedMidCreate(t, s, st, kp.what, func(id, nqn string) bool { return kp.seen(t, id, nqn) }, kp.interval)
+		})
+	}
+}
 
+func killedMidCreate(t *testing.T, s *stack, st *store, what string, seen func(id, nqn string) bool, interval time.Duration) {
+	sw := newStopwatch(t)
 	id := "pvc-kill-" + fixture.RandomHex(t, 4)
 	v := s.track(st, id)
 	req := s.createRequest(st, id, volumeSize)
@@ -135,33 +167,35 @@ func TestCSIAgentKilledMidCreate(t *testing.T) {
 		resp, err := s.ctrl.CreateVolume(csiCtx(t), req)
 		first <- result{resp, err, time.Since(began)}
 	}()
-	var seen time.Duration
+	var reached time.Duration
 	var early *result
-	for seen == 0 && early == nil && time.Since(began) < time.Minute {
-		if slices.Contains(st.backendVolumes(t), id) {
-			seen = time.Since(began)
+	for reached == 0 && early == nil && time.Since(began) < time.Minute {
+		if seen(id, v.nqn) {
+			reached = time.Since(began)
 			break
 		}
 		select {
 		case r := <-first:
 			early = &r
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
 	s.agent.kill()
 	killed := time.Since(began)
-	if early != nil {
-		t.Errorf("CreateVolume returned (%v) after %v, before the zvol was seen and the agent killed: the kill proved nothing", early.err, early.took)
-	} else if seen == 0 {
-		t.Logf("the zvol did not appear in a minute; the agent was killed anyway")
-	} else {
-		t.Logf("the zvol appeared %v after CreateVolume began; agent SIGKILLed at %v", seen.Round(time.Millisecond), killed.Round(time.Millisecond))
+	switch {
+	case early != nil:
+		t.Errorf("CreateVolume returned (%v) after %v, before %s and the agent was killed: the kill proved nothing", early.err, early.took, what)
+	case reached == 0:
+		t.Logf("%s did not happen in a minute; the agent was killed anyway", what)
+	default:
+		t.Logf("%s %v after CreateVolume began; agent SIGKILLed at %v", what, reached.Round(time.Millisecond), killed.Round(time.Millisecond))
 	}
 	if early == nil {
 		r := <-first
 		early = &r
 	}
 	t.Logf("the interrupted CreateVolume returned after %v: %v (%v)", early.took.Round(time.Millisecond), codeOf(early.err), early.err)
+	t.Logf("left behind: backend volumes %v; subsystem %s", st.backendVolumes(t), describeSubsystem(v.nqn))
 	sw.step("CreateVolume with the agent SIGKILLed in flight")
 	if pvs, err := v.state(t); err == nil {
 		t.Logf("PillarVolumeState after the kill: backendCreated %v, exported %v, generation %d",
@@ -199,8 +233,8 @@ func TestCSIAgentKilledMidCreate(t *testing.T) {
 	if !pvs.Status.BackendCreated || !pvs.Status.Exported || c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("PillarVolumeState status: backendCreated %v, exported %v, Ready %v; want true, true, True", pvs.Status.BackendCreated, pvs.Status.Exported, c)
 	}
-	if _, err := os.Stat(filepath.Join(nvmetRoot, "subsystems", v.nqn, "namespaces", "1")); err != nil {
-		t.Errorf("the subsystem of the retried volume: %v", err)
+	if !exportWhole(v.nqn, s.port) {
+		t.Errorf("the export of the retried volume is not whole: %s", describeSubsystem(v.nqn))
 	}
 	t.Logf("PillarVolumeState: backendCreated %v, exported %v, capacity %d, generation %d; %s", pvs.Status.BackendCreated, pvs.Status.Exported,
 		pvs.Status.CapacityBytes, pvs.Spec.PublicationGeneration, describeSubsystem(v.nqn))
@@ -210,7 +244,7 @@ func TestCSIAgentKilledMidCreate(t *testing.T) {
 		t.Errorf("after DeleteVolume the ZFS store still has volumes %v", ids)
 	}
 	sw.step("DeleteVolume, nothing left")
-	sw.summary("agent killed mid-CreateVolume")
+	sw.summary("agent killed mid-CreateVolume when " + what)
 }
 
 // wipeExport removes one volume's export from configfs with plain
@@ -308,12 +342,24 @@ func watchRecovery(nqn, hostNQN string, port int, ctrl string, since time.Time) 
 	return out
 }
 
-// exportRestored reports whether the subsystem nqn is back: its
-// namespace enabled, hostNQN allowed, and linked to the nvmet port on
-// 127.0.0.1:port.
+// exportRestored reports whether the subsystem nqn is back, whole, with
+// hostNQN allowed.
 func exportRestored(nqn, hostNQN string, port int) bool {
-	sub := filepath.Join(nvmetRoot, "subsystems", nqn)
-	if readAttr(filepath.Join(sub, "namespaces", "1", "enable")) != "1" || !allowed(nqn, hostNQN) {
+	return allowed(nqn, hostNQN) && exportWhole(nqn, port)
+}
+
+// exportWhole reports whether the subsystem nqn has its namespace, with
+// the volume's derived UUID, enabled and is linked to the nvmet port on
+// 127.0.0.1:port.
+func exportWhole(nqn string, port int) bool {
+	ns := filepath.Join(nvmetRoot, "subsystems", nqn, "namespaces", "1")
+	id, ok := export.VolumeIDFromNQN(nqn)
+	if !ok {
+		return false
+	}
+	ident, _ := export.For(id)
+	if readAttr(filepath.Join(ns, "enable")) != "1" || readAttr(filepath.Join(ns, "device_uuid")) != ident.UUID ||
+		readAttr(filepath.Join(ns, "device_nguid")) != ident.NGUID {
 		return false
 	}
 	links, _ := filepath.Glob(filepath.Join(nvmetRoot, "ports", "*", "subsystems", nqn))
@@ -324,6 +370,15 @@ func exportRestored(nqn, hostNQN string, port int) bool {
 		}
 	}
 	return false
+}
+
+// exportIdentity is what the initiator identifies an export by: the
+// subsystem's serial and model, the namespace's UUID and NGUID.
+func exportIdentity(nqn string) string {
+	sub := filepath.Join(nvmetRoot, "subsystems", nqn)
+	ns := filepath.Join(sub, "namespaces", "1")
+	return fmt.Sprintf("serial=%s model=%s uuid=%s nguid=%s", readAttr(filepath.Join(sub, "attr_serial")), readAttr(filepath.Join(sub, "attr_model")),
+		readAttr(filepath.Join(ns, "device_uuid")), readAttr(filepath.Join(ns, "device_nguid")))
 }
 
 // waitEventSince waits for an events.k8s.io Event about the PillarAgent
