@@ -93,10 +93,11 @@ func TestAbandonedProvisioning(t *testing.T) {
 	s := newService(t)
 	rec := events.NewFakeRecorder(16)
 	r := &controller.VolumeStateReconciler{Service: s, Recorder: rec, AbandonAfter: time.Nanosecond}
-	if err := cluster.Admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-b"}}); err != nil {
+	ns := uniq("team-b")
+	if err := cluster.Admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	kept := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: "team-b"},
+	kept := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "kept", Namespace: ns},
 		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: *resourceQuantity("8Mi")}}}}
 	if err := cluster.Admin.Create(ctx, kept); err != nil {
@@ -105,7 +106,7 @@ func TestAbandonedProvisioning(t *testing.T) {
 	half := func(pvc string) string {
 		id := uniq("pvc-abandoned")
 		req := createReq(id, 8<<20)
-		req.Parameters["csi.storage.k8s.io/pvc/name"], req.Parameters["csi.storage.k8s.io/pvc/namespace"] = pvc, "team-b"
+		req.Parameters["csi.storage.k8s.io/pvc/name"], req.Parameters["csi.storage.k8s.io/pvc/namespace"] = pvc, ns
 		agent.FailNext("ExportVolume", status.Error(codes.Unavailable, "injected"))
 		if _, err := s.CreateVolume(ctx, req); status.Code(err) != codes.Unavailable {
 			t.Fatalf("half a create: %v", err)
@@ -125,7 +126,7 @@ func TestAbandonedProvisioning(t *testing.T) {
 		}
 		return nil
 	})
-	if e := <-rec.Events; !strings.Contains(e, "ProvisioningAbandoned") || !strings.Contains(e, "team-b/deleted-claim") {
+	if e := <-rec.Events; !strings.Contains(e, "ProvisioningAbandoned") || !strings.Contains(e, ns+"/deleted-claim") {
 		t.Errorf("event %q", e)
 	}
 	if _, ok := agent.Volumes()[alive]; !ok || record(t, alive).DeletionTimestamp != nil {
@@ -133,7 +134,7 @@ func TestAbandonedProvisioning(t *testing.T) {
 	}
 	// Its CreateVolume, retried, completes.
 	req := createReq(alive, 8<<20)
-	req.Parameters["csi.storage.k8s.io/pvc/name"], req.Parameters["csi.storage.k8s.io/pvc/namespace"] = "kept", "team-b"
+	req.Parameters["csi.storage.k8s.io/pvc/name"], req.Parameters["csi.storage.k8s.io/pvc/namespace"] = "kept", ns
 	if _, err := s.CreateVolume(ctx, req); err != nil {
 		t.Fatal(err)
 	}
