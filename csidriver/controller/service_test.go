@@ -514,3 +514,54 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+func TestListAndGetVolume(t *testing.T) {
+	ctx := context.Background()
+	s := newService(t)
+	id := uniq("pvc-list")
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: id})
+	if err != nil || got.GetVolume().GetCapacityBytes() != 8<<20 || !slices.Equal(got.GetStatus().GetPublishedNodeIds(), []string{nodeA}) {
+		t.Errorf("ControllerGetVolume = %v, %v", got, err)
+	}
+	_, err = s.ControllerGetVolume(ctx, &csi.ControllerGetVolumeRequest{VolumeId: "pvc-none"})
+	wantCode(t, "get of an unknown volume", err, codes.NotFound)
+	// Page by one: every volume once, this one among them.
+	seen, token := map[string]int{}, ""
+	for pages := 0; ; pages++ {
+		page, err := s.ListVolumes(ctx, &csi.ListVolumesRequest{MaxEntries: 1, StartingToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.GetEntries()) > 1 {
+			t.Fatalf("page of %d entries, asked for 1", len(page.GetEntries()))
+		}
+		for _, e := range page.GetEntries() {
+			seen[e.GetVolume().GetVolumeId()]++
+		}
+		if token = page.GetNextToken(); token == "" {
+			break
+		}
+	}
+	if seen[id] != 1 {
+		t.Errorf("volume listed %d times", seen[id])
+	}
+	for v, n := range seen {
+		if n != 1 {
+			t.Errorf("%s listed %d times", v, n)
+		}
+	}
+	_, err = s.ListVolumes(ctx, &csi.ListVolumesRequest{StartingToken: "not-a-token"})
+	wantCode(t, "a foreign starting token", err, codes.Aborted)
+	if _, err := s.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
