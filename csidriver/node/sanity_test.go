@@ -2,98 +2,37 @@ package node
 
 import (
 	"context"
-	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/kubernetes-csi/csi-test/v5/pkg/sanity"
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/controller"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/envtestsuite"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
+	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
 	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
-// sanityController is the least controller csi-sanity needs to drive the
-// node service: it "creates" a volume by exporting it in the fake
-// initiator tree and hands out the volume context pillar-controller would.
-// It is not the Controller service.
-type sanityController struct {
-	csi.UnimplementedControllerServer
-	e      *env
-	mu     sync.Mutex
-	byName map[string]*csi.Volume
-	n      int
-}
-
-func (c *sanityController) ControllerGetCapabilities(context.Context, *csi.ControllerGetCapabilitiesRequest) (*csi.ControllerGetCapabilitiesResponse, error) {
-	var caps []*csi.ControllerServiceCapability
-	for _, t := range []csi.ControllerServiceCapability_RPC_Type{
-		csi.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME,
-		csi.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME,
-		csi.ControllerServiceCapability_RPC_EXPAND_VOLUME,
-	} {
-		caps = append(caps, &csi.ControllerServiceCapability{Type: &csi.ControllerServiceCapability_Rpc{Rpc: &csi.ControllerServiceCapability_RPC{Type: t}}})
-	}
-	return &csi.ControllerGetCapabilitiesResponse{Capabilities: caps}, nil
-}
-
-func (c *sanityController) CreateVolume(_ context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
-	if req.GetName() == "" {
-		return nil, status.Error(codes.InvalidArgument, "name missing")
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if v, ok := c.byName[req.GetName()]; ok {
-		return &csi.CreateVolumeResponse{Volume: v}, nil
-	}
-	c.n++
-	id := fmt.Sprintf("sanity-%d", c.n)
-	size := req.GetCapacityRange().GetRequiredBytes()
-	if size == 0 {
-		size = gib
-	}
-	c.e.fake.Export(id, "192.0.2.10", 4420, size)
-	v := &csi.Volume{VolumeId: id, CapacityBytes: size, VolumeContext: volumeContext(id)}
-	c.byName[req.GetName()] = v
-	return &csi.CreateVolumeResponse{Volume: v}, nil
-}
-
-func (c *sanityController) DeleteVolume(_ context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for name, v := range c.byName {
-		if v.GetVolumeId() == req.GetVolumeId() {
-			delete(c.byName, name)
-		}
-	}
-	return &csi.DeleteVolumeResponse{}, nil
-}
-
-func (c *sanityController) ControllerExpandVolume(_ context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
-	size := req.GetCapacityRange().GetRequiredBytes()
-	c.e.fake.Grow(req.GetVolumeId(), size)
-	return &csi.ControllerExpandVolumeResponse{CapacityBytes: size, NodeExpansionRequired: true}, nil
-}
-
-func (c *sanityController) ControllerPublishVolume(context.Context, *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
-	return &csi.ControllerPublishVolumeResponse{}, nil
-}
-
-func (c *sanityController) ControllerUnpublishVolume(context.Context, *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
-	return &csi.ControllerUnpublishVolumeResponse{}, nil
-}
-
-// TestSanity runs csi-sanity's Node and Identity specs against the node
-// service in-process, over a unix socket, with the fake initiator tree,
-// mounter and command runner.
+// TestSanity runs every csi-sanity spec (Identity, Controller, Node)
+// against pillar-node's Node service and pillar-controller's real
+// Controller service, the latter on a real kube-apiserver (as the
+// controller's RBAC user) with an in-process agent whose exports appear in
+// the node's fake initiator tree: the one data path no process here can
+// run for real (the kernel-lab suites do).
 func TestSanity(t *testing.T) {
 	e := newEnv(t)
+	ctrl := realController(t, e)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	l, err := server.Listen("unix://" + sock)
 	if err != nil {
@@ -102,7 +41,7 @@ func TestSanity(t *testing.T) {
 	g := server.New(server.Services{
 		Identity:   identity.New(e.svc.Ready, true),
 		Node:       e.svc,
-		Controller: &sanityController{e: e, byName: map[string]*csi.Volume{}},
+		Controller: ctrl,
 	}, e.svc.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -114,15 +53,60 @@ func TestSanity(t *testing.T) {
 	cfg.TargetPath = filepath.Join(t.TempDir(), "target")
 	cfg.StagingPath = filepath.Join(t.TempDir(), "staging")
 	cfg.TestVolumeSize = gib
+	cfg.TestVolumeExpandSize = 2 * gib
 	cfg.IdempotentCount = 2
+	cfg.TestVolumeParameters = map[string]string{v1alpha1.StorageClassParamStore: "tank", v1alpha1.StorageClassParamProtocol: "tcp"}
 	sc := sanity.GinkgoTest(&cfg)
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite, reporter := ginkgo.GinkgoConfiguration()
-	// The controller above is a stand-in: only the node and identity
-	// specs say anything about this package.
-	suite.FocusStrings = []string{"Node Service", "Identity Service"}
 	reporter.Succinct = true
 	reporter.NoColor = true
-	ginkgo.RunSpecs(t, "pillar-node csi-sanity", suite, reporter)
+	ginkgo.RunSpecs(t, "pillar-csi csi-sanity", suite, reporter)
 	sc.Finalize()
+}
+
+// realController is pillar-controller's Controller service on a fresh API
+// server, with one agent, store and protocol; whatever the agent exports
+// shows up as a target in the node's fake initiator tree.
+func realController(t *testing.T, e *env) *controller.Service {
+	t.Helper()
+	cluster, err := envtestsuite.Start(filepath.Join("..", "..", "api", "config", "crd"), filepath.Join("..", "config", "rbac", "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Stop)
+	user, err := client.New(cluster.User, client.Options{Scheme: cluster.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := fakeagent.Start(fakeagent.Options{NodeName: "storage-1", Version: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.Stop)
+	if err := agent.EnableVolumes(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(agent.CloseVolumes)
+	agent.SetStore("tank", fakeagent.Capacity{Total: 100 * gib, Available: 100 * gib})
+	agent.SetHooks(fakeagent.Hooks{
+		Exported: func(id, addr string, port uint16, size int64) { e.fake.Export(id, addr, port, size) },
+		Grown:    e.fake.Grow,
+	})
+	ctx := context.Background()
+	for _, o := range []client.Object{
+		&v1alpha1.PillarAgent{ObjectMeta: metav1.ObjectMeta{Name: "storage-1"}, Spec: v1alpha1.PillarAgentSpec{Address: "127.0.0.1", Port: agent.Port()}},
+		&v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: "tank"}, Spec: v1alpha1.PillarStoreSpec{AgentName: "storage-1", Type: v1alpha1.BackendZFS,
+			ZFS: &v1alpha1.ZFSStore{Pool: "tank"}}},
+		&v1alpha1.PillarProtocol{ObjectMeta: metav1.ObjectMeta{Name: "tcp"}, Spec: v1alpha1.PillarProtocolSpec{Type: v1alpha1.ProtocolNVMeOFTCP,
+			NVMeOFTCP: &v1alpha1.NVMeOFTCPProtocol{BindAddress: "192.0.2.10", Port: 4420}}},
+	} {
+		if err := cluster.Admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := agentclient.NewPool(agentclient.Options{})
+	t.Cleanup(pool.Close)
+	return controller.New(controller.Config{Client: user, Reader: user, Connector: &reconcile.Connector{Client: user, Pool: pool},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 }

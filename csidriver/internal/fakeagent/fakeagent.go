@@ -49,6 +49,7 @@ type Agent struct {
 	exports map[string]Export
 	fail    map[string]error
 	after   map[string]func()
+	hooks   Hooks
 
 	creds  credentials.TransportCredentials
 	addr   string

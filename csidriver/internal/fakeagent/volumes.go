@@ -67,6 +67,21 @@ func (a *Agent) FailNext(method string, err error) {
 	a.fail[method] = err
 }
 
+// Hooks connect the fake agent to a fake data path: Exported is called
+// (under the agent's lock: do not call back into the agent) when a
+// volume's export is made, Grown when its size changes.
+type Hooks struct {
+	Exported func(volumeID, bindAddress string, port uint16, size int64)
+	Grown    func(volumeID string, size int64)
+}
+
+// SetHooks installs h.
+func (a *Agent) SetHooks(h Hooks) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hooks = h
+}
+
 // AfterNext runs f once the next call of method has succeeded, before
 // its answer is sent: a test cancels the caller there, as a controller
 // that crashed between the agent's work and recording it.
@@ -199,6 +214,9 @@ func (s *service) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeReq
 		v.Size = req.GetCapacityBytes()
 		a.volumes[req.GetVolumeId()] = v
 		out = v.Size
+		if a.hooks.Grown != nil {
+			a.hooks.Grown(req.GetVolumeId(), v.Size)
+		}
 		return nil
 	})
 	if err != nil {
@@ -220,6 +238,9 @@ func (s *service) ExportVolume(ctx context.Context, req *agentv1.ExportVolumeReq
 		e := a.exports[req.GetVolumeId()]
 		e.NQN, e.ACL = req.GetSubsystemNqn(), req.GetNvmeofTcp().GetAclEnabled()
 		a.exports[req.GetVolumeId()] = e
+		if a.hooks.Exported != nil {
+			a.hooks.Exported(req.GetVolumeId(), req.GetNvmeofTcp().GetBindAddress(), uint16(req.GetNvmeofTcp().GetPort()), a.volumes[req.GetVolumeId()].Size)
+		}
 		return nil
 	})
 	if err != nil {
