@@ -39,8 +39,12 @@
 // The node⇄controller contract (volume context keys, node ID
 // format) lives in api/export.
 //
-// csi-sanity runs against this module, in-process with fakes and against
-// the real stack.
+// csi-sanity runs against this module in go test: every spec in package
+// node, with pillar-node's Node service (its kernel fakes) and the real
+// Controller service on a real API server; the Controller and Identity
+// specs alone in package controller, also on the oldest supported API
+// server. Against the real stack in the kernel lab it does not run yet
+// (tests/kernel/controller drives the same calls itself).
 //
 // Allowed dependencies: the Go standard library, golang.org/x/sys,
 // github.com/container-storage-interface/spec, google.golang.org/grpc,
