@@ -25,7 +25,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -103,8 +102,6 @@ type Options struct {
 	// replica serves them, leader or not: the CSI sidecars elect their own
 	// leader, and the fencing tokens keep two serving replicas safe.
 	CSIEndpoint string
-	// AgentDialOptions are added to every agent connection (tests).
-	AgentDialOptions []grpc.DialOption
 }
 
 // DefaultOptions are the options pillar-controller starts with.
@@ -201,7 +198,6 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		Pool: agentclient.Options{
 			CallTimeout: opts.AgentCallTimeout,
 			Logger:      log,
-			DialOptions: opts.AgentDialOptions,
 		},
 	})
 	if err != nil {

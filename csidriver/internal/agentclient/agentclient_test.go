@@ -132,8 +132,8 @@ func TestPool(t *testing.T) {
 		t.Errorf("new target: %v, %v", c3, err)
 	}
 	p.Forget("a")
-	if _, ok := p.Lookup("a"); ok {
-		t.Error("Forget left the connection")
+	if c4, _ := p.Get("a", agentclient.Target{Address: "127.0.0.1:1"}); c4 == c3 {
+		t.Error("Forget left the connection: Get returned it again")
 	}
 	p.Close()
 	if _, err := p.Get("b", agentclient.Target{Address: fa.Addr()}); err == nil {

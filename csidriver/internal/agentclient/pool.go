@@ -68,8 +68,6 @@ type Options struct {
 	Notify func(name string)
 	// Logger receives connection events; slog.Default() if nil.
 	Logger *slog.Logger
-	// DialOptions are appended to the pool's own (tests dial bufconn).
-	DialOptions []grpc.DialOption
 }
 
 // Pool holds one connection per agent. It is safe for concurrent use.
@@ -120,14 +118,6 @@ func (p *Pool) Get(name string, t Target) (*Conn, error) {
 	return c, nil
 }
 
-// Lookup returns the agent's connection if the pool has one.
-func (p *Pool) Lookup(name string) (*Conn, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	c, ok := p.conns[name]
-	return c, ok
-}
-
 // Forget closes and drops the named agent's connection (the PillarAgent
 // was deleted).
 func (p *Pool) Forget(name string) {
@@ -158,13 +148,11 @@ func (p *Pool) dial(name string, t Target) (*Conn, error) {
 	}
 	bc := backoff.DefaultConfig
 	bc.MaxDelay = maxReconnectDelay
-	opts := append([]grpc.DialOption{
+	cc, err := grpc.NewClient("passthrough:///"+t.Address,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 5 * time.Second}),
-		grpc.WithChainUnaryInterceptor(deadline(p.opts.CallTimeout)),
-	}, p.opts.DialOptions...)
-	cc, err := grpc.NewClient("passthrough:///"+t.Address, opts...)
+		grpc.WithChainUnaryInterceptor(deadline(p.opts.CallTimeout)))
 	if err != nil {
 		return nil, err
 	}
