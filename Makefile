@@ -161,6 +161,11 @@ bench: ## Run every module's Go benchmarks
 		(cd $$m && GOWORK=off go test -run '^$$' -bench . $(BENCHFLAGS) ./...) || exit 1; \
 	done
 
+# ------------------------------------------------------------ fragments ----
+
+# Targets with a home of their own (images, the Helm chart) live in mk/.
+include $(sort $(wildcard mk/*.mk))
+
 # ----------------------------------------------------------------- build ----
 
 # The shipped binaries: module directory and main package of each. A binary
