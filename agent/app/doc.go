@@ -18,9 +18,29 @@
 //	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 20s)
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
 //	-readiness-interval d       how often readiness is checked (default 5s)
+//	-host-root dir              the host's / mounted in the container: run the host's zfs, zpool, lvm chrooted into it
+//	-lvm-reject regexp          device paths LVM never scans (repeatable; global_filter r|regexp| entries)
 //
 // Bad values stop the agent at once with an error naming the flag (exit
 // status 2); -h lists every flag with its default.
+//
+// # The host's storage tools
+//
+// In its container the agent runs the storage node's own zfs, zpool and
+// lvm: -host-root names where the host's "/" is mounted (the chart mounts
+// it at /host), and every command is looked up in that tree and run
+// chrooted into it. The image therefore carries no ZFS or LVM userland: a
+// zfs that does not match the host's kernel module, or LVM metadata written
+// by two LVM builds with different configurations, cannot happen. Device
+// paths (/dev/zdN, /dev/VG/LV) are opened by the agent itself, so its
+// container needs the host's /dev.
+//
+// -lvm-reject keeps LVM away from devices whose contents are the tenants':
+// the chart rejects ^/dev/zd (exported zvols) and ^/dev/nvme (volumes
+// connected back over NVMe/TCP), so a volume group a tenant made inside a
+// volume is never scanned, let alone activated, on the storage node. The
+// entries replace the node's own global_filter for the agent's commands;
+// a volume group on a local NVMe disk needs a narrower expression.
 //
 // # Transport security
 //

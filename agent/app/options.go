@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/agent/server"
 	"github.com/pillar-csi/pillar-csi/agent/tlsconfig"
+	"github.com/pillar-csi/pillar-csi/backends/lvm"
 	"github.com/pillar-csi/pillar-csi/configfs"
 )
 
@@ -68,6 +70,13 @@ type Options struct {
 	ShutdownGracePeriod time.Duration
 	// CommandTimeout bounds each backend command.
 	CommandTimeout time.Duration
+	// HostRoot, if not empty, is the host's root filesystem mounted into
+	// the container; zfs, zpool and lvm are the host's, run chrooted
+	// into it.
+	HostRoot string
+	// LVMReject are device-path regular expressions LVM must never scan
+	// (each an r|…| entry of LVM's global_filter).
+	LVMReject []string
 	// ReadinessInterval is how often the service's Ready is asked; the
 	// gRPC health status and /readyz follow the answer.
 	ReadinessInterval time.Duration
@@ -130,6 +139,11 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	fs.StringVar(&o.TLS.CAFile, "tls-ca-file", "", "PEM CA bundle `file` that client certificates must chain to")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
 	fs.DurationVar(&o.CommandTimeout, "command-timeout", o.CommandTimeout, "timeout of each zfs, zpool and lvm command")
+	fs.StringVar(&o.HostRoot, "host-root", "", "`directory` holding the host's root filesystem (in a container: the host's / mounted there); zfs, zpool and lvm are then the host's own, run chrooted into it, so they match the host's kernel module and LVM configuration (default: this machine's tools)")
+	fs.Func("lvm-reject", "`regexp` of device paths LVM must never scan, such as ^/dev/zd (repeatable; each becomes an r|regexp| entry of the devices/global_filter of every lvm command, replacing the node's own global_filter for them)", func(v string) error {
+		o.LVMReject = append(o.LVMReject, v)
+		return nil
+	})
 	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "how often readiness is checked for the gRPC health service and /readyz")
 
 	if err := fs.Parse(args); err != nil {
@@ -197,6 +211,15 @@ func (o Options) Validate() error {
 	}
 	if o.ReadinessInterval <= 0 {
 		return fmt.Errorf("-readiness-interval: %v must be positive", o.ReadinessInterval)
+	}
+	if o.HostRoot != "" && !filepath.IsAbs(o.HostRoot) {
+		return fmt.Errorf("-host-root: %q is not an absolute path", o.HostRoot)
+	}
+	if len(o.LVMReject) > 0 {
+		// The backend's own check; New runs nothing.
+		if _, err := lvm.New(lvm.Config{VolumeGroup: "check", RejectDevices: o.LVMReject}); err != nil {
+			return fmt.Errorf("-lvm-reject: %w", errors.Unwrap(err))
+		}
 	}
 	return nil
 }

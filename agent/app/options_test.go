@@ -6,6 +6,7 @@ import (
 	"flag"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -50,13 +51,15 @@ func TestParseFlagsEverything(t *testing.T) {
 		"-metrics-address", "", "-log-level", "debug", "-log-format", "text",
 		"-tls-cert-file", "/t/crt", "-tls-key-file", "/t/key", "-tls-ca-file", "/t/ca",
 		"-shutdown-grace-period", "3s", "-command-timeout", "1m", "-readiness-interval", "1s",
+		"-host-root", "/host", "-lvm-reject", "^/dev/zd", "-lvm-reject", "^/dev/nvme",
 	}, env(map[string]string{"NODE_NAME": "from-env"}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.ListenAddress != "10.0.0.5:7000" || o.NodeName != "n2" || o.GenerationsDir != "/g" || o.ConfigfsRoot != "/c" ||
 		o.MetricsAddress != "" || o.LogLevel != slog.LevelDebug || o.LogFormat != "text" || !o.TLSEnabled() ||
-		o.TLS.CAFile != "/t/ca" || o.ShutdownGracePeriod != 3*time.Second || o.CommandTimeout != time.Minute || o.ReadinessInterval != time.Second {
+		o.TLS.CAFile != "/t/ca" || o.ShutdownGracePeriod != 3*time.Second || o.CommandTimeout != time.Minute || o.ReadinessInterval != time.Second ||
+		o.HostRoot != "/host" || !slices.Equal(o.LVMReject, []string{"^/dev/zd", "^/dev/nvme"}) {
 		t.Fatalf("parsed %+v", o)
 	}
 }
@@ -86,6 +89,9 @@ func TestParseFlagsErrors(t *testing.T) {
 		{withNode("-no-such-flag"), "flag provided but not defined: -no-such-flag"},
 		{withNode("serve"), "unexpected argument \"serve\""},
 		{[]string{"-node-name", "a b"}, "is not a node name"},
+		{withNode("-host-root", "host"), `-host-root: "host" is not an absolute path`},
+		{withNode("-lvm-reject", "^/dev/(zd"), "-lvm-reject: invalid argument: rejected devices \"^/dev/(zd\""},
+		{withNode("-lvm-reject", "a|b"), "without '|'"},
 	} {
 		_, err := ParseFlags(tc.args, env(nil), nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -45,13 +45,26 @@ type newServiceFunc func(opts Options, logger *slog.Logger) (service, error)
 
 // newServer builds pillar-agent's AgentService from the options.
 func newServer(opts Options, logger *slog.Logger) (service, error) {
+	if opts.HostRoot != "" {
+		// Every zfs and lvm command would fail with "not found"; say why
+		// once, at start.
+		fi, err := os.Stat(opts.HostRoot)
+		if err == nil && !fi.IsDir() {
+			err = errors.New("not a directory")
+		}
+		if err != nil {
+			return nil, fmt.Errorf("-host-root: the host's root filesystem must be mounted at %s: %w", opts.HostRoot, err)
+		}
+	}
 	s, err := server.New(server.Config{
-		NodeName:       opts.NodeName,
-		Version:        opts.Version,
-		GenerationsDir: opts.GenerationsDir,
-		ConfigfsRoot:   opts.ConfigfsRoot,
-		Logger:         logger,
-		CommandTimeout: opts.CommandTimeout,
+		NodeName:         opts.NodeName,
+		Version:          opts.Version,
+		GenerationsDir:   opts.GenerationsDir,
+		ConfigfsRoot:     opts.ConfigfsRoot,
+		Logger:           logger,
+		CommandTimeout:   opts.CommandTimeout,
+		HostRoot:         opts.HostRoot,
+		LVMRejectDevices: opts.LVMReject,
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/configfs"
 	"github.com/pillar-csi/pillar-csi/fencing"
 	"golang.org/x/sys/unix"
@@ -66,6 +67,13 @@ type Config struct {
 	// ProcRoot is where procfs is mounted, for the boot ID GetAgentInfo
 	// reports; "/proc" if empty.
 	ProcRoot string
+	// HostRoot, if not empty, is the host's root filesystem mounted into
+	// the agent's container: zfs, zpool and lvm are the host's own, run
+	// chrooted into it (command.Exec.Root).
+	HostRoot string
+	// LVMRejectDevices are the device-path regular expressions LVM must
+	// never scan on this node (lvm.Config.RejectDevices).
+	LVMRejectDevices []string
 	// StoreConcurrency is how many backend calls run at once per store;
 	// DefaultStoreConcurrency if zero. Further calls wait, within their
 	// deadline.
@@ -152,7 +160,7 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 		log = slog.Default()
 	}
 	if factory == nil {
-		factory = realBackends(cfg.CommandTimeout)
+		factory = realBackends(command.Exec{Timeout: cfg.CommandTimeout, Root: cfg.HostRoot}, cfg.LVMRejectDevices)
 	}
 	instanceID, err := newInstanceID()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/configfs"
 	"github.com/pillar-csi/pillar-csi/fencing"
 	"github.com/pillar-csi/pillar-csi/fencing/grpcstatus"
@@ -458,7 +459,7 @@ func TestInvalidArguments(t *testing.T) {
 		wantCode(t, name, call(), codes.InvalidArgument)
 	}
 	// The real factory validates store configurations.
-	srv := &Server{stores: newStoreCache(realBackends(0), 1)}
+	srv := &Server{stores: newStoreCache(realBackends(command.Exec{}, nil), 1)}
 	if _, _, err := srv.backend("CreateVolume", zfsBad); err == nil || !strings.Contains(err.Error(), "volsize") {
 		t.Errorf("a zfs store setting volsize = %v, want INVALID_ARGUMENT naming it", err)
 	}

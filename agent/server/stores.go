@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/backends"
@@ -94,10 +93,9 @@ func parseStore(st *agentv1.Store) (storeSpec, error) {
 // backendFactory builds the backend of a store.
 type backendFactory func(storeSpec) (backends.Backend, error)
 
-// realBackends builds ZFS and LVM backends that run their tools with the
-// given per-command timeout.
-func realBackends(timeout time.Duration) backendFactory {
-	runner := command.Exec{Timeout: timeout}
+// realBackends builds ZFS and LVM backends that run their tools with
+// runner; LVM never scans the devices reject matches.
+func realBackends(runner command.Exec, reject []string) backendFactory {
 	return func(s storeSpec) (backends.Backend, error) {
 		if s.kind == kindZFS {
 			var props map[string]string
@@ -114,7 +112,7 @@ func realBackends(timeout time.Duration) backendFactory {
 			return zfs.New(zfs.Config{Pool: s.pool, ParentDataset: s.parentDataset, Sparse: s.sparse,
 				Properties: props, Runner: runner})
 		}
-		return lvm.New(lvm.Config{VolumeGroup: s.volumeGroup, ThinPool: s.thinPool, Runner: runner})
+		return lvm.New(lvm.Config{VolumeGroup: s.volumeGroup, ThinPool: s.thinPool, RejectDevices: reject, Runner: runner})
 	}
 }
 

@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -37,7 +40,19 @@ type Exec struct {
 	// Timeout bounds every command; DefaultTimeout if zero. An earlier
 	// deadline of the caller's context wins.
 	Timeout time.Duration
+	// Root, if not empty, is a directory holding another root filesystem
+	// (the host's "/" mounted into a container): each command is looked up
+	// in that tree's standard bin directories and runs chrooted into it,
+	// with "/" as its working directory. The tools, their libraries and
+	// their configuration (/etc/lvm, /etc/zfs) are then the host's own, so
+	// a zfs userland always matches the host's kernel module and LVM
+	// metadata is written by the host's one LVM build. Linux only.
+	Root string
 }
+
+// rootPath is where Exec looks for a command under Root: the usual PATH
+// of a Linux host, system directories first.
+var rootPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 
 // Run runs name with args; see the package documentation.
 func (e Exec) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
@@ -48,10 +63,23 @@ func (e Exec) Run(ctx context.Context, name string, args ...string) ([]byte, err
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	cmd := exec.CommandContext(ctx, name, args...)
+	file := name
+	if e.Root != "" {
+		var err error
+		if file, err = lookPathIn(e.Root, name); err != nil {
+			return nil, &Error{Cmd: append([]string{name}, args...), ExitCode: -1, Err: err}
+		}
+	}
+	cmd := exec.CommandContext(ctx, file, args...)
+	cmd.Args[0] = name
 	// Later entries win: LC_ALL overrides LANG and any LC_* of ours.
 	cmd.Env = append(cmd.Environ(), "LC_ALL=C")
 	setProcessGroup(cmd)
+	if e.Root != "" {
+		if err := setRoot(cmd, e.Root); err != nil {
+			return nil, &Error{Cmd: cmd.Args, ExitCode: -1, Err: err}
+		}
+	}
 	cmd.WaitDelay = killGrace
 	var stdout bytes.Buffer
 	stderr := &limitedBuffer{max: MaxStderr}
@@ -71,6 +99,29 @@ func (e Exec) Run(ctx context.Context, name string, args ...string) ([]byte, err
 		cerr.Err = errors.Join(err, ctxErr)
 	}
 	return stdout.Bytes(), cerr
+}
+
+// lookPathIn finds name in the bin directories of the root filesystem at
+// root and returns its path inside that tree. A symbolic link counts as
+// found without being followed: an absolute target means a path under root,
+// which only the chrooted command resolves correctly.
+func lookPathIn(root, name string) (string, error) {
+	candidates := rootPath
+	if strings.Contains(name, "/") {
+		candidates = []string{path.Dir(path.Clean("/" + name))}
+		name = path.Base(name)
+	}
+	for _, dir := range candidates {
+		p := path.Join(dir, name)
+		fi, err := os.Lstat(filepath.Join(root, p))
+		if err != nil {
+			continue
+		}
+		if fi.Mode()&os.ModeSymlink != 0 || (fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0) {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: name, Err: fmt.Errorf("%w in %s of the root filesystem at %s", exec.ErrNotFound, strings.Join(candidates, ":"), root)}
 }
 
 // Error is a command that failed.

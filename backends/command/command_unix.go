@@ -17,3 +17,10 @@ func setProcessGroup(cmd *exec.Cmd) {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 }
+
+// setRoot makes the command run chrooted into root, in its "/".
+func setRoot(cmd *exec.Cmd, root string) error {
+	cmd.SysProcAttr.Chroot = root
+	cmd.Dir = "/"
+	return nil
+}

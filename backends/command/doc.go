@@ -14,9 +14,13 @@
 //     running with the store locked, the orphaned-process bug the process
 //     group prevents;
 //   - standard error captured (the first MaxStderr bytes) and returned in an
-//     *Error together with the exit code.
+//     *Error together with the exit code;
+//   - optionally (Exec.Root) the tools of another root filesystem, run
+//     chrooted into it: pillar-agent's container runs the host's own zfs,
+//     zpool and lvm this way, from the host's "/" mounted into the
+//     container, so the userland matches the host's kernel module and LVM
+//     metadata is written by one LVM build with one configuration.
 //
 // Runner is the interface the backends take, so that a caller can wrap the
-// tools (for example to run them in the host's mount namespace) and tests
-// can replay captured output.
+// tools and tests can replay captured output.
 package command

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
@@ -27,6 +28,14 @@ type Config struct {
 	// OvercommitRatio is the ratio of the overcommit rule for thin LVs
 	// (package backends); 0 means 1. It must be 1 or more.
 	OvercommitRatio float64
+	// RejectDevices are regular expressions (LVM's syntax) of device paths
+	// LVM must never scan, such as "^/dev/zd" and "^/dev/nvme": the
+	// exported volumes, whose contents belong to the tenants. A tenant's
+	// volume group inside an exported volume must never be seen, let alone
+	// activated, by the storage node. Each becomes an r|…| entry of
+	// devices/global_filter, which then replaces any global_filter of the
+	// node's lvm.conf for the commands the backend runs.
+	RejectDevices []string
 	// Runner runs lvm; command.Exec{} if nil.
 	Runner command.Runner
 }
@@ -53,6 +62,14 @@ func (c *Config) validate() error {
 			return err
 		}
 	}
+	for _, r := range c.RejectDevices {
+		if r == "" || strings.ContainsAny(r, "|\"\n\\") {
+			return fmt.Errorf("rejected devices %q: must be a non-empty regular expression without '|', '\"', '\\' or a newline", r)
+		}
+		if _, err := regexp.Compile(r); err != nil {
+			return fmt.Errorf("rejected devices %q: %w", r, err)
+		}
+	}
 	if c.OvercommitRatio != 0 && (c.OvercommitRatio < 1 || math.IsNaN(c.OvercommitRatio) || math.IsInf(c.OvercommitRatio, 0)) {
 		return fmt.Errorf("overcommit ratio %v: must be 1 or more", c.OvercommitRatio)
 	}
@@ -66,7 +83,7 @@ func New(c Config) (*Backend, error) {
 	if err := c.validate(); err != nil {
 		return nil, &backends.Error{Op: "configure", Store: c.VolumeGroup, Err: fmt.Errorf("%w: %w", backends.ErrInvalidArgument, err)}
 	}
-	b := &Backend{vg: c.VolumeGroup, thinPool: c.ThinPool, ratio: c.OvercommitRatio, run: c.Runner, checkNode: checkNode}
+	b := &Backend{vg: c.VolumeGroup, thinPool: c.ThinPool, ratio: c.OvercommitRatio, config: commandConfig(c.RejectDevices), run: c.Runner, checkNode: checkNode}
 	b.store = b.vg
 	if b.thinPool != "" {
 		b.store += "/" + b.thinPool
@@ -78,4 +95,17 @@ func New(c Config) (*Backend, error) {
 		b.ratio = 1
 	}
 	return b, nil
+}
+
+// commandConfig is the --config of the backend's lvm commands.
+func commandConfig(reject []string) string {
+	if len(reject) == 0 {
+		return LVMConfig
+	}
+	entries := make([]string, len(reject))
+	for i, r := range reject {
+		entries[i] = `"r|` + r + `|"`
+	}
+	// One devices section: LVMConfig's, with the filter added.
+	return strings.TrimSuffix(LVMConfig, " }") + " global_filter=[ " + strings.Join(entries, ", ") + " ] }"
 }

@@ -20,6 +20,7 @@ type Backend struct {
 	thinPool string // "" for linear volumes
 	store    string // vg or vg/thinpool, for errors
 	ratio    float64
+	config   string // the --config of every lvm command
 	run      command.Runner
 	// checkNode reports whether a path is the block device major:minor.
 	checkNode func(path string, major, minor int64) error
@@ -32,9 +33,10 @@ type Backend struct {
 
 var _ backends.Backend = (*Backend)(nil)
 
-// lvm runs `lvm CMD --config LVMConfig ARGS...`.
+// lvm runs `lvm CMD --config CONFIG ARGS...`: LVMConfig, plus the
+// store's global_filter when it rejects devices.
 func (b *Backend) lvm(ctx context.Context, cmd string, args ...string) ([]byte, error) {
-	return b.run.Run(ctx, "lvm", append([]string{cmd, "--config", LVMConfig}, args...)...)
+	return b.run.Run(ctx, "lvm", append([]string{cmd, "--config", b.config}, args...)...)
 }
 
 // report runs a JSON report command (lvs, vgs) with byte units.

@@ -114,8 +114,16 @@ type inProcess struct {
 // startAgent serves a fresh server.Server on the fencing directory gen.
 func startAgent(t testing.TB, gen string) *inProcess {
 	t.Helper()
-	srv, err := server.New(server.Config{NodeName: "lab", Version: "test", GenerationsDir: gen,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return startAgentConfig(t, server.Config{GenerationsDir: gen})
+}
+
+// startAgentConfig serves a fresh server.Server configured by cfg, its
+// node name, version and logger filled in.
+func startAgentConfig(t testing.TB, cfg server.Config) *inProcess {
+	t.Helper()
+	cfg.NodeName, cfg.Version = "lab", "test"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
