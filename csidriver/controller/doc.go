@@ -52,6 +52,14 @@
 // once its claim is gone and no PersistentVolume holds it — never a volume
 // that has a PV.
 //
+// # Events
+//
+// Provisioned, Published, Unpublished, FencingRefused, ExportSpecMissing,
+// ExportSpecStated and ProvisioningAbandoned are recorded on the
+// PillarVolumeState and, when the volume was created for a claim that still
+// exists (the external-provisioner's --extra-create-metadata names it), on
+// that PersistentVolumeClaim as well, so `kubectl describe pvc` shows them.
+//
 // Calls for one volume are serialized per controller (a second gets
 // ABORTED); across controllers the compare-and-swap orders them.
 package controller

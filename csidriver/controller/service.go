@@ -37,7 +37,8 @@ type Config struct {
 	Connector *reconcile.Connector
 	// Metrics may be nil.
 	Metrics *Metrics
-	// Recorder records events on PillarVolumeStates; may be nil.
+	// Recorder records events on PillarVolumeStates and on the claims
+	// they were created for; may be nil.
 	Recorder events.EventRecorder
 	// StoreChanged is told about a store whose space changed; may be nil.
 	StoreChanged func(store string)
@@ -129,11 +130,9 @@ func (s *Service) storeChanged(store v1alpha1.ObjectName) {
 	}
 }
 
-// event records an event on the volume's record.
+// event records an event on the volume's record and on its claim.
 func (s *Service) event(v *v1alpha1.PillarVolumeState, typ, reason, format string, args ...any) {
-	if s.cfg.Recorder != nil {
-		s.cfg.Recorder.Eventf(v, nil, typ, reason, "CSI", format, args...)
-	}
+	recordEvent(s.cfg.Recorder, s.cfg.Reader, s.log, v, typ, reason, "CSI", format, args...)
 }
 
 // errorf is a status error with the volume named.

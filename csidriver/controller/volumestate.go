@@ -169,7 +169,5 @@ func (r *VolumeStateReconciler) abandoned(ctx context.Context, v *v1alpha1.Pilla
 }
 
 func (r *VolumeStateReconciler) event(v *v1alpha1.PillarVolumeState, typ, reason, format string, args ...any) {
-	if r.Recorder != nil {
-		r.Recorder.Eventf(v, nil, typ, reason, "Reconcile", format, args...)
-	}
+	recordEvent(r.Recorder, r.Service.cfg.Reader, r.Service.log, v, typ, reason, "Reconcile", format, args...)
 }
