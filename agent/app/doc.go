@@ -19,6 +19,7 @@
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
 //	-readiness-interval d       how often readiness is checked (default 5s)
 //	-host-root dir              the host's / mounted in the container: run the host's zfs, zpool, lvm chrooted into it
+//	-version                    print the version and exit
 //	-lvm-reject regexp          device paths LVM never scans (repeatable; global_filter r|regexp| entries)
 //
 // Bad values stop the agent at once with an error naming the flag (exit

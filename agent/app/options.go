@@ -77,6 +77,9 @@ type Options struct {
 	// LVMReject are device-path regular expressions LVM must never scan
 	// (each an r|…| entry of LVM's global_filter).
 	LVMReject []string
+	// PrintVersion is -version: print the version and exit, nothing
+	// else is checked.
+	PrintVersion bool
 	// ReadinessInterval is how often the service's Ready is asked; the
 	// gRPC health status and /readyz follow the answer.
 	ReadinessInterval time.Duration
@@ -140,6 +143,7 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
 	fs.DurationVar(&o.CommandTimeout, "command-timeout", o.CommandTimeout, "timeout of each zfs, zpool and lvm command")
 	fs.StringVar(&o.HostRoot, "host-root", "", "`directory` holding the host's root filesystem (in a container: the host's / mounted there); zfs, zpool and lvm are then the host's own, run chrooted into it, so they match the host's kernel module and LVM configuration (default: this machine's tools)")
+	fs.BoolVar(&o.PrintVersion, "version", false, "print the version and exit")
 	fs.Func("lvm-reject", "`regexp` of device paths LVM must never scan, such as ^/dev/zd (repeatable; each becomes an r|regexp| entry of the devices/global_filter of every lvm command, replacing the node's own global_filter for them)", func(v string) error {
 		o.LVMReject = append(o.LVMReject, v)
 		return nil
@@ -156,6 +160,9 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	}
 	if fs.NArg() > 0 {
 		return Options{}, fmt.Errorf("unexpected argument %q: pillar-agent takes flags only (see -h)", fs.Arg(0))
+	}
+	if o.PrintVersion {
+		return o, nil
 	}
 	if o.NodeName == "" && getenv != nil {
 		o.NodeName = getenv(NodeNameEnv)

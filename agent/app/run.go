@@ -243,8 +243,11 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 // means plaintext.
 func newGRPCServer(creds credentials.TransportCredentials, m *metrics.Metrics, logger *slog.Logger) *grpc.Server {
 	gopts := []grpc.ServerOption{
-		// Metrics outermost, so the latency includes the logging.
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), logInterceptor(logger)),
+		// Metrics outermost, so the latency includes the logging;
+		// recovery innermost, so a panic is logged and counted as the
+		// INTERNAL it is answered with.
+		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), logInterceptor(logger), recoverInterceptor(logger, m)),
+		grpc.ChainStreamInterceptor(recoverStreamInterceptor(logger, m)),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxSendMsgSize(maxMessageSize),
 		grpc.ConnectionTimeout(connectionTimeout),

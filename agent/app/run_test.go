@@ -32,7 +32,8 @@ import (
 
 // fakeService stands in for the agent's AgentService: GetAgentInfo
 // answers, CreateVolume fails with FAILED_PRECONDITION, except for volume
-// "slow", which blocks until release is closed and then succeeds.
+// "slow", which blocks until release is closed and then succeeds, and
+// volume "panic", whose handler panics.
 type fakeService struct {
 	agentv1.UnimplementedAgentServiceServer
 
@@ -63,6 +64,9 @@ func (f *fakeService) GetAgentInfo(context.Context, *agentv1.GetAgentInfoRequest
 }
 
 func (f *fakeService) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequest) (*agentv1.CreateVolumeResponse, error) {
+	if req.GetVolumeId() == "panic" {
+		panic("fake handler bug")
+	}
 	if req.GetVolumeId() == "slow" {
 		f.started <- struct{}{}
 		select {
@@ -637,5 +641,41 @@ func TestStartupFailures(t *testing.T) {
 	o.NodeName = ""
 	if err := run(context.Background(), o, newSvc); err == nil || !strings.Contains(err.Error(), "-node-name") {
 		t.Fatalf("Run without a node name = %v", err)
+	}
+}
+
+// TestPanicIsAnsweredInternal: a handler that panics answers INTERNAL, is
+// logged with its stack and counted, and the agent goes on serving.
+func TestPanicIsAnsweredInternal(t *testing.T) {
+	a := start(t, testOptions(), newFake())
+	cc := dial(t, a.grpcAddr, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for range 2 {
+		_, err := agentv1.NewAgentServiceClient(cc).CreateVolume(ctx, &agentv1.CreateVolumeRequest{VolumeId: "panic"})
+		if status.Code(err) != codes.Internal || !strings.Contains(status.Convert(err).Message(), "CreateVolume") {
+			t.Fatalf("CreateVolume of a panicking handler = %v, want INTERNAL naming the method", err)
+		}
+	}
+	if info, err := agentInfo(cc); err != nil || info.GetNodeName() != "storage-1" {
+		t.Fatalf("after the panics GetAgentInfo = %v, %v", info, err)
+	}
+	_, body := httpGet(t, "http://"+a.httpAddr+"/metrics")
+	for _, line := range []string{
+		`pillar_agent_rpc_panics_total{method="CreateVolume",service="pillar.agent.v1.AgentService"} 2`,
+		`pillar_agent_rpc_errors_total{code="Internal",method="CreateVolume",service="pillar.agent.v1.AgentService"} 2`,
+	} {
+		if !strings.Contains(body, "\n"+line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
+	}
+	logs := a.logs.String()
+	for _, want := range []string{"handler panicked", "fake handler bug", "run_test.go", `"volume_id":"panic"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("the log lacks %q:\n%s", want, logs)
+		}
+	}
+	if err := a.stop(t); err != nil {
+		t.Fatalf("Run returned %v", err)
 	}
 }

@@ -27,6 +27,10 @@ func run() int {
 		return 2
 	}
 	opts.Version = version()
+	if opts.PrintVersion {
+		fmt.Println("pillar-agent", opts.Version)
+		return 0
+	}
 	// SIGTERM from the kubelet, SIGINT from a terminal: both shut down
 	// gracefully. A second signal is left to the default action (exit).
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)

@@ -69,10 +69,19 @@ func TestHelp(t *testing.T) {
 	}
 	for _, f := range []string{"-listen-address", "-node-name", "-generations-dir", "-configfs-root", "-metrics-address",
 		"-log-level", "-log-format", "-tls-cert-file", "-tls-key-file", "-tls-ca-file", "-shutdown-grace-period",
-		"-command-timeout", "-readiness-interval"} {
-		if !strings.Contains(out, "\n  "+f+" ") {
+		"-command-timeout", "-readiness-interval", "-host-root", "-lvm-reject", "-version"} {
+		if !strings.Contains(out, "\n  "+f+" ") && !strings.Contains(out, "\n  "+f+"\n") {
 			t.Errorf("-h output lacks %s:\n%s", f, out)
 		}
+	}
+}
+
+// TestVersion: -version prints the version and needs no other flag, so an
+// image check can run the binary with nothing else.
+func TestVersion(t *testing.T) {
+	out, stderr, code := runAgent(t, "-version")
+	if code != 0 || !strings.HasPrefix(out, "pillar-agent ") || strings.TrimSpace(out) == "pillar-agent" {
+		t.Fatalf("-version: exit %d, stdout %q, stderr %q; want exit 0 and \"pillar-agent <version>\"", code, out, stderr)
 	}
 }
 

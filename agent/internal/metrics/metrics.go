@@ -43,6 +43,7 @@ type Metrics struct {
 	reg      *prometheus.Registry
 	duration *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
+	panics   *prometheus.CounterVec
 	ready    prometheus.Gauge
 }
 
@@ -59,12 +60,16 @@ func New(cfg Config) *Metrics {
 			Namespace: Namespace, Name: "rpc_errors_total",
 			Help: "Unary gRPC calls that ended with a status other than OK, by service, method and status code.",
 		}, []string{"service", "method", "code"}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "rpc_panics_total",
+			Help: "Handler panics that were recovered and answered INTERNAL, by service and method. Any is a bug.",
+		}, []string{"service", "method"}),
 		ready: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "ready",
 			Help: "1 while the agent reports ready (nvmet configfs present, fencing directory writable), else 0.",
 		}),
 	}
-	m.reg.MustRegister(m.duration, m.errors, m.ready,
+	m.reg.MustRegister(m.duration, m.errors, m.panics, m.ready,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -123,6 +128,12 @@ func (m *Metrics) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		}
 		return resp, err
 	}
+}
+
+// PanicRecovered counts a recovered handler panic of fullMethod.
+func (m *Metrics) PanicRecovered(fullMethod string) {
+	service, method := SplitMethod(fullMethod)
+	m.panics.WithLabelValues(service, method).Inc()
 }
 
 // SplitMethod splits "/pkg.Service/Method" into its service and method.
