@@ -14,3 +14,6 @@ for m in "${modules[@]}"; do
 	[ -f "$REPO_ROOT/$m/go.mod" ] || die "no module $m"
 	(cd "$REPO_ROOT/$m" && GOWORK=off go generate ./...) || die "go generate failed in $m"
 done
+
+# The Helm chart's copies of the CRDs and RBAC rules, and its README table.
+"$REPO_ROOT/hack/chart-sync.sh"

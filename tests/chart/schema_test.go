@@ -1,0 +1,58 @@
+package chart
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLint(t *testing.T) {
+	for name, args := range map[string][]string{
+		"defaults":    nil,
+		"certManager": {"--set", "tls.mode=certManager", "--set", "storageNodes[0].name=s1", "--set", "storageNodes[0].nodeName=s1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out, err := helmRun(t, append([]string{"lint", "--strict", "--kube-version", kubeVersion, chartDir}, args...)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestWrongValuesRefused renders values the chart must refuse, each with
+// the words its error must contain: an unknown key anywhere, a wrong type,
+// a value outside an enum, and combinations that cannot work.
+func TestWrongValuesRefused(t *testing.T) {
+	cases := []struct {
+		name   string
+		values map[string]any
+		want   []string
+	}{
+		{"unknown top-level key", map[string]any{"replicas": 3}, []string{"additional properties", "replicas"}},
+		{"misspelled nested key", map[string]any{"controller": map[string]any{"image": map[string]any{"repositry": "x"}}}, []string{"additional properties", "repositry"}},
+		{"unknown key in a security context", map[string]any{"controller": map[string]any{"securityContext": map[string]any{"privilege": true}}}, []string{"additional properties", "privilege"}},
+		{"wrong type", map[string]any{"controller": map[string]any{"replicas": "two"}}, []string{"replicas"}},
+		{"port out of range", map[string]any{"agent": map[string]any{"port": 70000}}, []string{"port"}},
+		{"unknown tls mode", map[string]any{"tls": map[string]any{"mode": "certmanager"}}, []string{"mode"}},
+		{"unknown log level", map[string]any{"node": map[string]any{"logLevel": "verbose"}}, []string{"logLevel"}},
+		{"bad duration", map[string]any{"controller": map[string]any{"provisioner": map[string]any{"timeout": "60"}}}, []string{"timeout"}},
+		{"lvm reject with the filter's delimiter", map[string]any{"agent": map[string]any{"lvmReject": []any{"^/dev/(sd|vd)"}}}, []string{"lvmReject"}},
+		{"storage node without node or address", map[string]any{"storageNodes": []any{map[string]any{"name": "s1", "port": 9420}}}, []string{"storageNodes"}},
+		{"storage node with unknown key", map[string]any{"storageNodes": []any{map[string]any{"name": "s1", "nodeName": "s1", "adress": "192.0.2.1"}}}, []string{"adress"}},
+		{"secret mode without Secrets", map[string]any{"tls": map[string]any{"mode": "secret"}}, []string{"agentSecretName"}},
+		{"cert-manager mode without any name", map[string]any{"tls": map[string]any{"mode": "certManager"}}, []string{"storageNodes"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, err := template(t, release{name: "pillar-csi", namespace: "pillar-csi", values: c.values})
+			if err == nil {
+				t.Fatalf("values %v were accepted; rendered %d bytes", c.values, len(out))
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not mention %q: %v", w, err)
+				}
+			}
+		})
+	}
+}
