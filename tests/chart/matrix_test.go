@@ -445,7 +445,7 @@ func checkNode(t *testing.T, r *rendered, n objectNames, img images, kubeletDir 
 	mountAt(t, c, "plugin-dir", "/csi")
 	mountAt(t, c, "registration-dir", "/registration")
 	if m := mountAt(t, c, "kubelet-dir", kubeletDir); m != nil && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationBidirectional) {
-		t.Errorf("kubelet dir mount propagation %v, want Bidirectional", m.MountPropagation)
+		t.Errorf("kubelet dir mount propagation %s, want Bidirectional", deref(m.MountPropagation))
 	}
 	mountAt(t, c, "dev", "/dev")
 	mountAt(t, c, "sys", "/sys")
@@ -507,7 +507,7 @@ func checkAgent(t *testing.T, r *rendered, n objectNames, tlsSecret string, lvmR
 	wantPrivileged(t, c)
 	if m := mountAt(t, c, "host-root", "/host"); m != nil {
 		if m.ReadOnly || m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer {
-			t.Errorf("/host: readOnly %v, propagation %v; want read-write, HostToContainer", m.ReadOnly, m.MountPropagation)
+			t.Errorf("/host: readOnly %v, propagation %s; want read-write, HostToContainer", m.ReadOnly, deref(m.MountPropagation))
 		}
 	}
 	mountAt(t, c, "dev", "/dev")
@@ -646,6 +646,13 @@ func checkCertManager(t *testing.T, r *rendered) {
 // ---- small assertions ----
 
 func ptr[T any](v T) *T { return &v }
+
+func deref(p *corev1.MountPropagationMode) string {
+	if p == nil {
+		return "<unset>"
+	}
+	return string(*p)
+}
 
 // convertLoose decodes o into v, ignoring fields v does not have (for
 // objects whose Go types this module does not import).
