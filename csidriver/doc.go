@@ -25,7 +25,16 @@
 //     Lease, health and readiness, one /metrics; its tests run it against a
 //     real kube-apiserver under the generated RBAC, on the current and the
 //     oldest supported Kubernetes.
-//   - cmd/pillar-node, cmd/pillar-controller: the binaries.
+//   - registration: pillar-node's registration with kubelet (the
+//     plugin Registration service on <plugins_registry>/pillar-csi.io-reg.sock,
+//     kept in place while pillar-node runs); its package documentation
+//     says what kubelet does with it.
+//   - cmd/pillar-node, cmd/pillar-controller: the binaries. Neither
+//     needs node-driver-registrar or livenessprobe: pillar-node registers itself
+//     (-kubelet-registration-path, -plugin-registration-dir) and serves
+//     /healthz and /readyz itself (-health-address, :9441), both backed by
+//     the Identity service's Probe; pillar-controller's /healthz and
+//     /readyz (:9431) call Probe on its own CSI endpoint.
 //   - internal/agentclient (one gRPC connection per agent: deadlines,
 //     keepalives, health watch, TLS from a Secret), internal/fakeagent (an
 //     in-process agent for the controller's tests), internal/envtestsuite
@@ -50,7 +59,9 @@
 // github.com/container-storage-interface/spec, google.golang.org/grpc,
 // sigs.k8s.io/controller-runtime and the Kubernetes client libraries
 // (with their logr, klog and Prometheus client),
-// k8s.io/mount-utils, github.com/google/renameio/v2,
+// k8s.io/mount-utils, k8s.io/kubelet (the plugin registration API only),
+// github.com/google/renameio/v2, github.com/fsnotify/fsnotify (tests
+// only, to watch the registration directory as kubelet does),
 // github.com/hashicorp/go-multierror, and the pillar-csi modules api,
 // fencing and backends (its command runner). Never another module's internal packages.
 package csidriver

@@ -1,6 +1,10 @@
 // Command pillar-node is pillar-csi's CSI Node plugin, run by a DaemonSet
 // on every worker (hostNetwork, privileged, with /dev, /sys, kubelet's
 // directories and /var/lib/pillar-csi/node mounted from the host).
+//
+// It registers itself with kubelet (package registration; no
+// node-driver-registrar sidecar) and serves its own /healthz and /readyz
+// (no livenessprobe sidecar).
 package main
 
 import (
@@ -9,16 +13,24 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/csidriver/driver"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/node"
+	"github.com/pillar-csi/pillar-csi/csidriver/registration"
 	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
+
+// defaultHealthAddress is where /healthz and /readyz listen (the node's
+// address: pillar-node runs with hostNetwork).
+const defaultHealthAddress = ":9441"
 
 type config struct {
 	endpoint    string
@@ -26,8 +38,14 @@ type config struct {
 	stateDir    string
 	hostNQNFile string
 	hostIDFile  string
-	logLevel    slog.Level
-	version     bool
+	// kubeletRegistrationPath is the CSI socket as kubelet sees it on the
+	// host; pluginRegistrationDir is kubelet's plugins_registry as
+	// mounted here ("" turns registration off).
+	kubeletRegistrationPath string
+	pluginRegistrationDir   string
+	healthAddress           string // "" or "0" turns it off
+	logLevel                slog.Level
+	version                 bool
 }
 
 func main() {
@@ -37,6 +55,9 @@ func main() {
 	flag.StringVar(&c.stateDir, "state-dir", node.DefaultStateDir, "directory of the stage records (a hostPath)")
 	flag.StringVar(&c.hostNQNFile, "host-nqn-file", node.DefaultHostNQNFile, "file holding this host's NVMe host NQN")
 	flag.StringVar(&c.hostIDFile, "host-id-file", node.DefaultHostIDFile, "file holding this host's NVMe host ID (optional)")
+	flag.StringVar(&c.kubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path as kubelet sees it on the host, e.g. /var/lib/kubelet/plugins/pillar-csi.io/csi.sock (required when registration is on)")
+	flag.StringVar(&c.pluginRegistrationDir, "plugin-registration-dir", registration.DefaultDir, `kubelet's plugin registration directory, where the registration socket is created ("" turns registration off)`)
+	flag.StringVar(&c.healthAddress, "health-address", defaultHealthAddress, `listen address of /healthz and /readyz ("" or "0" disables)`)
 	flag.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
 	flag.BoolVar(&c.version, "version", false, "print the version and exit")
 	flag.Parse()
@@ -57,6 +78,16 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if c.nodeName == "" {
 		return errors.New("node name is empty: set --node-name or $NODE_NAME (the downward API's spec.nodeName)")
 	}
+	var reg *registration.Registrar
+	if c.pluginRegistrationDir != "" {
+		if !strings.HasPrefix(c.endpoint, "unix:") {
+			return fmt.Errorf("endpoint %q: kubelet reaches a registered CSI plugin only over a unix socket (or set -plugin-registration-dir= to turn registration off)", c.endpoint)
+		}
+		var err error
+		if reg, err = registration.New(registration.Config{Dir: c.pluginRegistrationDir, Endpoint: c.kubeletRegistrationPath, Logger: log}); err != nil {
+			return err
+		}
+	}
 	hostNQN, hostID, err := node.ReadHostIdentity(c.hostNQNFile, c.hostIDFile)
 	if err != nil {
 		return err
@@ -71,13 +102,80 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	id := identity.New(ns.Ready, false)
+	var hl net.Listener
+	if c.healthAddress != "" && c.healthAddress != "0" {
+		if hl, err = net.Listen("tcp", c.healthAddress); err != nil {
+			return fmt.Errorf("health address %q: %w", c.healthAddress, err)
+		}
+		defer hl.Close()
+	}
 	l, err := server.Listen(c.endpoint)
 	if err != nil {
 		return err
 	}
-	g := server.New(server.Services{Identity: identity.New(ns.Ready, false), Node: ns}, log)
+	g := server.New(server.Services{Identity: id, Node: ns}, log)
 	log.Info("serving", "endpoint", c.endpoint, "node_id", ns.NodeID(), "version", driver.Version)
+
+	csiCtx, stopCSI := context.WithCancel(context.Background())
+	defer stopCSI()
+	csiDone := make(chan error, 1)
 	// Long enough for a mkfs in flight to finish; kubelet's default grace
 	// period is 30 s.
-	return server.Serve(ctx, g, l, 25*time.Second)
+	go func() { csiDone <- server.Serve(csiCtx, g, l, 25*time.Second) }()
+
+	// Registration starts once the CSI endpoint listens: kubelet calls
+	// NodeGetInfo on it as soon as it has read the registration.
+	regCtx, stopReg := context.WithCancel(context.Background())
+	defer stopReg()
+	regDone := make(chan error, 1)
+	h := &health{identity: id}
+	if reg != nil {
+		h.serving, h.registered = reg.Serving, reg.Registered
+		go func() { regDone <- reg.Run(regCtx) }()
+	}
+	var hs *http.Server
+	healthDone := make(chan error, 1)
+	if hl != nil {
+		hs = newHealthServer(h.handler())
+		log.Info("serving health", "address", hl.Addr().String())
+		go func() { healthDone <- hs.Serve(hl) }()
+	}
+
+	var failed error
+	csiStopped, regStopped := false, reg == nil
+	select {
+	case <-ctx.Done():
+	case err := <-csiDone:
+		csiStopped, failed = true, fmt.Errorf("CSI endpoint stopped: %w", orStopped(err))
+	case err := <-regDone:
+		regStopped, failed = true, orStopped(err)
+	case err := <-healthDone:
+		failed = fmt.Errorf("health endpoint stopped: %w", orStopped(err))
+	}
+	// Registration goes first, so kubelet sends no new calls; then the
+	// CSI endpoint lets its calls in flight finish; health goes last.
+	if !regStopped {
+		stopReg()
+		<-regDone
+	}
+	if !csiStopped {
+		stopCSI()
+		<-csiDone
+	}
+	if hs != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}
+	return failed
+}
+
+// orStopped turns the nil a server returns when it stops on its own into
+// an error.
+func orStopped(err error) error {
+	if err == nil {
+		return errors.New("stopped")
+	}
+	return err
 }
