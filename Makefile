@@ -101,7 +101,7 @@ TESTFLAGS ?=
 export PILLAR_FENCING_CRASH_KILLS ?= $(if $(CI),1000,50)
 
 .PHONY: test
-test: $(BIN)/kube-apiserver $(BIN)/etcd $(FLOOR_APISERVER) ## Run every module's tests (GOWORK=off), including the real API-server suites, and pillar-controller's on the oldest Kubernetes
+test: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm $(FLOOR_APISERVER) ## Run every module's tests (GOWORK=off), including the real API-server suites, and pillar-controller's on the oldest Kubernetes
 	@failed=; for m in $(MODULES); do \
 		echo ">> go test $$m"; \
 		(cd $$m && GOWORK=off go test $(TESTFLAGS) ./...) || failed="$$failed $$m"; \
