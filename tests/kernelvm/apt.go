@@ -26,11 +26,21 @@ import (
 //   - cpio: to inspect the lab's initramfs by hand (the lab writes its own).
 //   - gcc-12, make, binutils: the ZFS module build; Debian's kernel
 //     headers name gcc-12 as their compiler.
+//   - containerd, runc, containernetworking-plugins: the container runtime
+//     and the CNI plugins (bridge, host-local, loopback in /usr/lib/cni) of
+//     the lab cluster (tests/e2e/cluster), which the guest runs from the
+//     host's userland like every other tool. Installing them starts
+//     nothing: policy-rc.d forbids it, and the host never runs them.
+//   - iptables, conntrack, socat: kube-proxy programs Services with
+//     iptables (nft backend) and flushes conntrack entries; the kubelet's
+//     port-forward needs socat.
 var HostPackages = []string{
 	"qemu-system-x86", "busybox-static", "cpio", "kmod",
 	"lvm2", "thin-provisioning-tools", "xfsprogs", "e2fsprogs",
 	"nvme-cli", "fio", "util-linux", "zfsutils-linux",
 	"gcc-12", "make", "binutils",
+	"containerd", "runc", "containernetworking-plugins",
+	"iptables", "conntrack", "socat",
 }
 
 // apt drives apt-get, apt-cache and dpkg for provisioning.

@@ -139,15 +139,28 @@ func hasTag(path, tag string) (bool, error) {
 	return false, sc.Err()
 }
 
+// OwnBootDir holds the packages that need a boot of their own: the
+// end-to-end suites, whose TestMain turns the guest into a Kubernetes node
+// (shared mount propagation, cgroup delegation, the whole module tree,
+// iptables rules) for the rest of the boot. They run only when a pattern
+// names them (make e2e), never in a run of everything (make test-kernel).
+const OwnBootDir = "tests/e2e"
+
 // MatchPackages selects the packages named by patterns. A pattern is a
 // module directory ("configfs"), a workspace-relative directory pattern
 // ("tests/kernel/...", "./configfs/internal/x") or an import path pattern
 // (".../tests/kernel/smoke"); "..." matches any string. No patterns means
-// all. A pattern that matches nothing is an error, so that a typo cannot
-// turn into a green run of nothing.
+// all but those under OwnBootDir. A pattern that matches nothing is an
+// error, so that a typo cannot turn into a green run of nothing.
 func MatchPackages(ws *Workspace, pkgs []TestPackage, patterns []string) ([]TestPackage, error) {
 	if len(patterns) == 0 {
-		return pkgs, nil
+		var out []TestPackage
+		for _, p := range pkgs {
+			if p.Rel != OwnBootDir && !strings.HasPrefix(p.Rel, OwnBootDir+"/") {
+				out = append(out, p)
+			}
+		}
+		return out, nil
 	}
 	var out []TestPackage
 	seen := map[string]bool{}

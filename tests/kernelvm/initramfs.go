@@ -115,6 +115,30 @@ umount $OUT
 poweroff -f
 `
 
+// checkClusterModules proves that every module of ClusterModules, with its
+// dependencies, is in k's whole module tree.
+func checkClusterModules(k kernelTree) error {
+	const op = "provision: check the cluster modules"
+	dep, err := os.Open(filepath.Join(k.modDir(), "modules.dep"))
+	if err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	defer dep.Close()
+	builtin, err := os.Open(filepath.Join(k.modDir(), "modules.builtin"))
+	if err != nil {
+		return &Error{Op: op, Err: err}
+	}
+	defer builtin.Close()
+	ix, err := parseModules(dep, builtin)
+	if err != nil {
+		return &Error{Op: op, Path: k.modDir(), Err: err}
+	}
+	if _, err := ix.loadOrder(ClusterModules); err != nil {
+		return &Error{Op: op, Path: k.modDir(), Err: err}
+	}
+	return nil
+}
+
 // initramfs returns the path of the initramfs for k and the ZFS build in
 // zfsDir, building it if no cached image has the same inputs.
 func (p *provisioner) initramfs(ctx context.Context, k kernelTree, zfsDir string) (string, error) {

@@ -189,6 +189,7 @@ func TestMatchPackages(t *testing.T) {
 		{ImportPath: "example.com/p/configfs", Rel: "configfs"},
 		{ImportPath: "example.com/p/configfs/nvmet", Rel: "configfs/nvmet"},
 		{ImportPath: "example.com/p/tests/kernel/smoke", Rel: "tests/kernel/smoke"},
+		{ImportPath: "example.com/p/tests/e2e/cluster", Rel: "tests/e2e/cluster"},
 	}
 	for _, tc := range []struct {
 		patterns []string
@@ -201,6 +202,9 @@ func TestMatchPackages(t *testing.T) {
 		{[]string{".../smoke"}, "tests/kernel/smoke"},
 		{[]string{"example.com/p/configfs/..."}, "configfs configfs/nvmet"},
 		{[]string{"configfs", "configfs/nvmet"}, "configfs configfs/nvmet"},
+		// The end-to-end suites run only when named.
+		{[]string{"tests/e2e/..."}, "tests/e2e/cluster"},
+		{[]string{"tests/e2e/cluster"}, "tests/e2e/cluster"},
 	} {
 		got, err := MatchPackages(ws, pkgs, tc.patterns)
 		if err != nil {

@@ -8,6 +8,24 @@ import (
 	"strings"
 )
 
+// ClusterModules are the modules the lab cluster (tests/e2e/cluster) loads
+// from the whole module tree (Lab.ModuleTree) before it starts Kubernetes:
+// pod networking is veth pairs on a bridge (with br_netfilter so that
+// Service traffic between pods on it passes iptables), the node address
+// lives on a dummy interface, and kube-proxy and the CNI bridge plugin
+// program nf_tables through iptables-nft. The kernel requests most of
+// these on demand too, but loading them up front turns a missing one into
+// a clear error instead of kube-proxy's "Protocol not supported".
+// Provision checks that each exists, so a typo fails there.
+var ClusterModules = []string{
+	"veth", "bridge", "br_netfilter", "dummy", "overlay",
+	"nf_conntrack", "nf_nat", "nf_tables", "nft_compat", "nft_chain_nat",
+	"nft_ct", "nft_masq", "nft_nat", "nft_redir", "nft_reject_inet",
+	"xt_conntrack", "xt_MASQUERADE", "xt_comment", "xt_mark", "xt_addrtype",
+	"xt_nat", "xt_statistic", "xt_multiport", "xt_tcpudp", "xt_set", "xt_physdev",
+	"ip_set", "ip_set_hash_ip", "ip_set_hash_net",
+}
+
 // moduleIndex is a parsed modules.dep plus modules.builtin of one tree.
 type moduleIndex struct {
 	path    map[string]string   // module name -> path relative to the tree

@@ -22,6 +22,11 @@ type Lab struct {
 	Kernel        string // path of the guest's vmlinuz
 	Initramfs     string // path of the guest's initramfs
 	QEMU          string // path of qemu-system-x86_64
+	// ModuleTree is the guest kernel's whole module tree (with the ZFS
+	// modules and a modules.dep of its own) on the host. Boot names it on
+	// the guest's kernel command line (guest.ModuleTreeParam) for guests
+	// that need more than the initramfs's subset, such as the lab cluster.
+	ModuleTree string
 }
 
 type provisioner struct {
@@ -88,6 +93,9 @@ func Provision(ctx context.Context, cfg Config) (*Lab, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkClusterModules(k); err != nil {
+		return nil, err
+	}
 	phase("initramfs")
 	qemu, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {
@@ -101,6 +109,7 @@ func Provision(ctx context.Context, cfg Config) (*Lab, error) {
 		Kernel:        k.vmlinuz(),
 		Initramfs:     initrd,
 		QEMU:          qemu,
+		ModuleTree:    k.modDir(),
 	}
 	fmt.Fprintf(cfg.Log, "pillar-lab: provisioned kernel %s (%s), ZFS %s in %.1fs (%s)\n",
 		lab.KernelRelease, lab.KernelVersion, lab.ZFSVersion, time.Since(start).Seconds(), strings.Join(phases, ", "))

@@ -133,6 +133,9 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 		"mitigations=off",
 		guest.Marker, "pillar.run=" + r.Dir,
 	}
+	if r.lab.ModuleTree != "" {
+		append_ = append(append_, guest.ModuleTreeParam+"="+r.lab.ModuleTree)
+	}
 	append_ = append(append_, vm.KernelArgs...)
 	chardev := "stdio,id=con,signal=off"
 	if o.Interactive {

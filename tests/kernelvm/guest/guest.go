@@ -23,6 +23,28 @@ import (
 // guest kernel.
 const Marker = "pillar.lab=1"
 
+// ModuleTreeParam is the kernel command-line parameter whose value is the
+// path, as the guest sees it, of the guest kernel's whole module tree. The
+// initramfs loads and carries only the modules most tests need; a guest
+// that needs more (the lab cluster's networking) bind-mounts this tree over
+// /lib/modules/$(uname -r).
+const ModuleTreeParam = "pillar.modules"
+
+// Param returns the value of the kernel command-line parameter name=value
+// the lab passed, and whether it is there.
+func Param(name string) (string, bool) {
+	b, err := os.ReadFile(cmdlinePath)
+	if err != nil {
+		return "", false
+	}
+	for _, f := range bytes.Fields(b) {
+		if k, v, ok := bytes.Cut(f, []byte("=")); ok && string(k) == name {
+			return string(v), true
+		}
+	}
+	return "", false
+}
+
 // cmdlinePath is where the running kernel publishes its command line.
 const cmdlinePath = "/proc/cmdline"
 

@@ -1,0 +1,46 @@
+# The Kubernetes node and control-plane binaries the lab cluster runs
+# (tests/e2e/cluster), and `make e2e`, which boots that cluster in the
+# kernel lab and runs the end-to-end suites against it.
+
+# ------------------------------------------------------- cluster tools ----
+
+# Built from the same k8s.io/kubernetes as kube-apiserver (the tools
+# module's `tool` lines pin them) and stamped the same way: kubectl and the
+# kubelet refuse to talk to, or register with, a server whose version
+# they cannot parse. They use cgo (the kubelet's cadvisor needs it); they
+# run on the lab's guest kernel from the host's userland, so that is fine.
+CLUSTER_TOOLS := kubelet kube-controller-manager kube-scheduler kube-proxy kubectl
+pkg.kubelet                 := k8s.io/kubernetes/cmd/kubelet
+pkg.kube-controller-manager := k8s.io/kubernetes/cmd/kube-controller-manager
+pkg.kube-scheduler          := k8s.io/kubernetes/cmd/kube-scheduler
+pkg.kube-proxy              := k8s.io/kubernetes/cmd/kube-proxy
+pkg.kubectl                 := k8s.io/kubernetes/cmd/kubectl
+$(foreach t,$(CLUSTER_TOOLS),$(eval ldflags.$t = $$(ldflags.kube-apiserver)))
+
+CLUSTER_BINS := $(addprefix $(BIN)/,$(CLUSTER_TOOLS))
+
+.PHONY: cluster-tools
+cluster-tools: $(CLUSTER_BINS) $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm ## Build the lab cluster's Kubernetes binaries (kubelet, controller-manager, scheduler, proxy, kubectl) into bin/
+
+# As for the other tools: rebuilt only when the tools module changes.
+$(CLUSTER_BINS): $(BIN)/%: $(TOOLS_MOD)
+	@echo ">> building $*"
+	cd $(TOOLS_DIR) && GOWORK=off go build -trimpath -ldflags '-s -w $(ldflags.$*)' -o $@ $(pkg.$*)
+	@touch $@
+
+# ----------------------------------------------------------------- e2e ----
+
+# Extra arguments for the e2e run: package patterns and, after --, test
+# binary flags, e.g. make e2e E2EFLAGS='-- -test.run TestHelm'.
+E2EFLAGS ?=
+# 2 GiB: the control plane and the kubelet take ~700 MiB; 1 GiB is the
+# floor, 768 MiB thrashes 9p's page cache.
+E2E_MEMORY_MB ?= 2048
+
+# The suites under tests/e2e boot their cluster in a guest of their own
+# (make test-kernel leaves them out). Images from make images in
+# bin/images are imported when present; without pause.tar the harness
+# builds a busybox sandbox image.
+.PHONY: e2e
+e2e: pillar-lab cluster-tools ## Boot a one-node Kubernetes cluster in the kernel lab and run the end-to-end suites (tests/e2e) in it (needs root)
+	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) tests/e2e/... $(E2EFLAGS)
