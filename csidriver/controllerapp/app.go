@@ -5,6 +5,15 @@
 // endpoints, and one /metrics for controller-runtime's metrics and
 // pillar's own.
 //
+// Health: /healthz (liveness) and /readyz (readiness) on
+// Options.HealthAddress. With a CSI endpoint, both call the Identity
+// service's Probe through that endpoint, as the livenessprobe sidecar
+// would: a replica whose CSI server stopped answering, or whose Probe says
+// not ready, is restarted (liveness) or taken out of its Service
+// (readiness). Probe is ready once the caches have synced, on followers
+// too, so a follower stays ready. /readyz also checks the caches itself,
+// for a replica that serves no CSI endpoint.
+//
 // Leadership: only the replica holding the Lease reconciles and talks to
 // agents; the others keep their caches warm and wait. A leader that cannot
 // renew its Lease within the renew deadline stops at once (no graceful
@@ -23,8 +32,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -227,17 +240,32 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	if err := mgr.Add(push); err != nil {
 		return nil, err
 	}
-	if opts.CSIEndpoint != "" {
-		if err := mgr.Add(&csiServer{endpoint: opts.CSIEndpoint, grace: graceful, log: log, metrics: cm,
-			services: server.Services{Identity: identity.New(cachesSynced, true), Controller: svc}}); err != nil {
-			return nil, err
-		}
-	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
 		return nil, err
 	}
 	if err := mgr.AddReadyzCheck("caches", func(r *http.Request) error { return cachesSynced(r.Context()) }); err != nil {
 		return nil, err
+	}
+	if opts.CSIEndpoint != "" {
+		cs := &csiServer{endpoint: opts.CSIEndpoint, grace: graceful, log: log, metrics: cm,
+			services: server.Services{Identity: identity.New(cachesSynced, true), Controller: svc}}
+		if err := mgr.Add(cs); err != nil {
+			return nil, err
+		}
+		// The HTTP answer withholds the reason; the log says it.
+		probe := func(r *http.Request) error {
+			err := cs.probe(r.Context())
+			if err != nil {
+				log.Warn("health check failed", "check", "csi", "path", r.URL.Path, "error", err)
+			}
+			return err
+		}
+		if err := mgr.AddHealthzCheck("csi", probe); err != nil {
+			return nil, err
+		}
+		if err := mgr.AddReadyzCheck("csi", probe); err != nil {
+			return nil, err
+		}
 	}
 	return &App{Manager: mgr, Controllers: ctrls}, nil
 }
@@ -283,15 +311,50 @@ type csiServer struct {
 	log      *slog.Logger
 	services server.Services
 	metrics  *controller.Metrics
+	target   atomic.Pointer[string] // gRPC target of the listener, once it listens
 }
+
+// csiProbeTimeout bounds the health checks' Probe call; the chart's
+// probes need timeoutSeconds above it.
+const csiProbeTimeout = 3 * time.Second
 
 func (c *csiServer) Start(ctx context.Context) error {
 	l, err := server.Listen(c.endpoint)
 	if err != nil {
 		return err
 	}
+	target := "passthrough:///" + l.Addr().String()
+	if l.Addr().Network() == "unix" {
+		target = "unix://" + l.Addr().String()
+	}
+	c.target.Store(&target)
 	c.log.Info("serving CSI", "endpoint", c.endpoint)
 	return server.Serve(ctx, server.New(c.services, c.log, c.metrics.Interceptor()), l, c.grace)
 }
 
 func (c *csiServer) NeedLeaderElection() bool { return false }
+
+// probe calls the Identity service's Probe through the served endpoint,
+// on a connection of its own: it fails when the server does not answer
+// as well as when Probe says not ready.
+func (c *csiServer) probe(ctx context.Context) error {
+	target := c.target.Load()
+	if target == nil {
+		return fmt.Errorf("CSI endpoint %s is not listening yet", c.endpoint)
+	}
+	cc, err := grpc.NewClient(*target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("CSI endpoint %s: %w", c.endpoint, err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, csiProbeTimeout)
+	defer cancel()
+	resp, err := csi.NewIdentityClient(cc).Probe(ctx, &csi.ProbeRequest{})
+	if err != nil {
+		return fmt.Errorf("CSI Probe on %s: %s: %s", c.endpoint, status.Code(err), status.Convert(err).Message())
+	}
+	if r := resp.GetReady(); r != nil && !r.GetValue() {
+		return fmt.Errorf("CSI Probe on %s: not ready", c.endpoint)
+	}
+	return nil
+}

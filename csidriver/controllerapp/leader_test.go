@@ -27,6 +27,8 @@ type replica struct {
 	log     *syncBuffer
 	metrics string // URL of /metrics
 	ready   string // URL of /readyz
+	health  string // host:port of /healthz and /readyz
+	csiSock string // its CSI endpoint's socket
 	done    chan error
 }
 
@@ -52,11 +54,12 @@ func startReplica(t *testing.T, bin, name, lease string) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{name: name, log: &syncBuffer{}, metrics: "http://" + maddr + "/metrics", ready: "http://" + haddr + "/readyz", done: make(chan error, 1)}
+	r := &replica{name: name, log: &syncBuffer{}, metrics: "http://" + maddr + "/metrics", ready: "http://" + haddr + "/readyz",
+		health: haddr, csiSock: filepath.Join(t.TempDir(), "csi.sock"), done: make(chan error, 1)}
 	r.cmd = exec.Command(bin, "-namespace", namespace, "-leader-election-id", lease,
 		"-lease-duration", "3s", "-renew-deadline", "2s", "-retry-period", "250ms",
 		"-metrics-address", maddr, "-health-address", haddr, "-graceful-shutdown", "5s", "-log-level", "debug",
-		"-csi-endpoint", "unix://"+filepath.Join(t.TempDir(), "csi.sock"))
+		"-csi-endpoint", "unix://"+r.csiSock)
 	r.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=")
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
