@@ -39,8 +39,10 @@
 //     fails the registration fails. So the CSI socket must already be
 //     serving when the registration socket appears.
 //   - Deregistration. When the socket disappears kubelet deregisters the
-//     driver; mounts already done stay, but new CSI calls on the node fail
-//     until a socket appears again.
+//     driver and removes it from the node's CSINode object; mounts already
+//     done stay, but kubelet makes no new CSI calls on the node until a
+//     socket appears again. This is why a lost socket is re-created, and
+//     why shutdown removes it only after nothing more can be served.
 //
 // What the Registrar does about it: it removes a stale socket at start
 // (only a socket, and only one that nothing answers on), creates its own
