@@ -42,7 +42,8 @@
 //     driver and removes it from the node's CSINode object; mounts already
 //     done stay, but kubelet makes no new CSI calls on the node until a
 //     socket appears again. This is why a lost socket is re-created, and
-//     why shutdown removes it only after nothing more can be served.
+//     why pillar-node removes it first at shutdown: kubelet stops sending
+//     calls while the CSI endpoint finishes the ones in flight.
 //
 // What the Registrar does about it: it removes a stale socket at start
 // (only a socket, and only one that nothing answers on), creates its own
