@@ -267,6 +267,10 @@ func checkController(t *testing.T, r *rendered, n objectNames, img images) {
 	wantPort(t, c, "health", 9431)
 	wantHTTPProbe(t, c.Name, "liveness", c.LivenessProbe, "/healthz", "health")
 	wantHTTPProbe(t, c.Name, "readiness", c.ReadinessProbe, "/readyz", "health")
+	wantHTTPProbe(t, c.Name, "startup", c.StartupProbe, "/healthz", "health")
+	if p := c.StartupProbe; p != nil && p.PeriodSeconds*p.FailureThreshold < 120 {
+		t.Errorf("%s: the startup probe allows %ds for the caches to sync, want at least 120s", c.Name, p.PeriodSeconds*p.FailureThreshold)
+	}
 
 	sidecars := map[string][]string{
 		"csi-provisioner": {"--extra-create-metadata", "--default-fstype=ext4", "--timeout=60s", "--snapshot-orphan-sweep-interval=0"},
