@@ -53,8 +53,8 @@ func (c *debCache) Fetch(ctx context.Context, p Package) (string, error) {
 		err = c.download(ctx, p, dst)
 	}
 	if errors.Is(err, ErrPinNotInArchive) {
-		return "", fmt.Errorf("package %s: %w (the archive has moved on: run `make images-update-pins`, "+
-			"review the new versions in deploy/images/*/image.yaml and rebuild): %w", p.Name(), ErrPinNotInArchive, err)
+		return "", fmt.Errorf("package %s: %w; the archive has moved on: run `make images-update-pins`, "+
+			"review the new versions in deploy/images/*/image.yaml and rebuild", p.Name(), err)
 	}
 	return dst, err
 }
@@ -96,20 +96,30 @@ func (c *debCache) unpack(ctx context.Context, deb, dir string) error {
 	return nil
 }
 
-// candidate is the version `apt-cache policy` would install now.
-func (c *debCache) candidate(ctx context.Context, name string) (string, error) {
-	out, err := c.run.run(ctx, "/", "apt-cache", "policy", name)
+// candidates are the versions `apt-cache policy` would install now, by
+// package name. One call for all: apt-cache loads its whole cache each time.
+func (c *debCache) candidates(ctx context.Context, names []string) (map[string]string, error) {
+	out, err := c.run.run(ctx, "/", append([]string{"apt-cache", "policy"}, names...)...)
 	if err != nil {
-		return "", fmt.Errorf("package %s: %w", name, err)
+		return nil, fmt.Errorf("apt-cache policy: %w", err)
 	}
+	got := map[string]string{}
+	var pkg string
 	for _, line := range strings.Split(out, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Candidate:"); ok {
-			v = strings.TrimSpace(v)
-			if v == "" || v == "(none)" {
-				break
+		if h, ok := strings.CutSuffix(line, ":"); ok && !strings.HasPrefix(line, " ") {
+			pkg = h
+			continue
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Candidate:"); ok && pkg != "" {
+			if v = strings.TrimSpace(v); v != "" && v != "(none)" {
+				got[pkg] = v
 			}
-			return v, nil
 		}
 	}
-	return "", fmt.Errorf("package %s: apt-cache policy names no candidate (run apt-get update?)", name)
+	for _, n := range names {
+		if got[n] == "" {
+			return nil, fmt.Errorf("package %s: apt-cache policy names no candidate (run apt-get update?)", n)
+		}
+	}
+	return got, nil
 }

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -14,26 +16,37 @@ import (
 // (only the version on the `deb:` line, so comments stay). It returns the
 // number of stale pins.
 func pins(ctx context.Context, w io.Writer, cache *debCache, files []string, update bool) (int, error) {
-	candidates := map[string]string{}
 	stale := 0
+	var defs []*Definition
+	var names []string
 	for _, file := range files {
-		def, err := LoadDefinition(strings.TrimSuffix(file, "/"+DefinitionFile))
+		def, err := LoadDefinition(filepath.Dir(file))
 		if err != nil {
 			return stale, err
 		}
+		defs = append(defs, def)
+		for _, p := range def.Packages {
+			if !slices.Contains(names, p.Name()) {
+				names = append(names, p.Name())
+			}
+		}
+	}
+	if len(names) == 0 {
+		return 0, nil
+	}
+	candidates, err := cache.candidates(ctx, names)
+	if err != nil {
+		return stale, err
+	}
+	for i, file := range files {
+		def := defs[i]
 		data, err := os.ReadFile(file)
 		if err != nil {
 			return stale, fmt.Errorf("pins: %w", err)
 		}
 		text := string(data)
 		for _, p := range def.Packages {
-			want, ok := candidates[p.Name()]
-			if !ok {
-				if want, err = cache.candidate(ctx, p.Name()); err != nil {
-					return stale, err
-				}
-				candidates[p.Name()] = want
-			}
+			want := candidates[p.Name()]
 			state := "current"
 			if want != p.Version() {
 				stale++
