@@ -152,7 +152,7 @@ func TestMutualTLS(t *testing.T) {
 
 // checkAgentStatus compares a Ready PillarAgent's status with what the
 // agent itself reports.
-func checkAgentStatus(t *testing.T, pa *v1alpha1.PillarAgent, info *agentv1.GetAgentInfoResponse, a *agent) {
+func checkAgentStatus(t testing.TB, pa *v1alpha1.PillarAgent, info *agentv1.GetAgentInfoResponse, a *agent) {
 	t.Helper()
 	s := pa.Status
 	if info.GetAgentVersion() == "" || info.GetAgentVersion() == "(devel)" {
@@ -179,7 +179,7 @@ func checkAgentStatus(t *testing.T, pa *v1alpha1.PillarAgent, info *agentv1.GetA
 
 // waitAgent waits until the PillarAgent's Ready condition has the status
 // and reason (and also satisfies more, if given), and returns it.
-func (l *lab) waitAgent(t *testing.T, name string, status metav1.ConditionStatus, reason string, more func(*v1alpha1.PillarAgent) bool) *v1alpha1.PillarAgent {
+func (l *lab) waitAgent(t testing.TB, name string, status metav1.ConditionStatus, reason string, more func(*v1alpha1.PillarAgent) bool) *v1alpha1.PillarAgent {
 	t.Helper()
 	var a v1alpha1.PillarAgent
 	began := time.Now()
@@ -203,7 +203,7 @@ func (l *lab) waitAgent(t *testing.T, name string, status metav1.ConditionStatus
 // The agent reads the same figures, so they must be equal to the byte;
 // want is read at every look because ZFS's figures move for a while after
 // a pool is made (metadata written in later transaction groups).
-func (l *lab) waitCapacity(t *testing.T, name string, want func() (total, avail int64, err error)) {
+func (l *lab) waitCapacity(t testing.TB, name string, want func() (total, avail int64, err error)) {
 	t.Helper()
 	var s v1alpha1.PillarStore
 	var total, avail int64
@@ -230,7 +230,7 @@ func (l *lab) waitCapacity(t *testing.T, name string, want func() (total, avail 
 
 // waitEvent waits for an events.k8s.io Event about the named object with
 // the reason.
-func (l *lab) waitEvent(t *testing.T, name, reason string) eventsv1.Event {
+func (l *lab) waitEvent(t testing.TB, name, reason string) eventsv1.Event {
 	t.Helper()
 	var ev eventsv1.Event
 	eventually(t, fmt.Sprintf("a %s event about %s", reason, name), statusTimeout, func() (bool, string) {
@@ -241,7 +241,7 @@ func (l *lab) waitEvent(t *testing.T, name, reason string) eventsv1.Event {
 	return ev
 }
 
-func (l *lab) findEvent(t *testing.T, name, reason string) (eventsv1.Event, bool) {
+func (l *lab) findEvent(t testing.TB, name, reason string) (eventsv1.Event, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	var evs eventsv1.EventList
@@ -271,7 +271,7 @@ func readyMessage(a *v1alpha1.PillarAgent) string {
 }
 
 // kernelBootID is the running kernel's boot ID.
-func kernelBootID(t *testing.T) string {
+func kernelBootID(t testing.TB) string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		t.Fatal(err)

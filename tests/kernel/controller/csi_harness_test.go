@@ -58,7 +58,9 @@ const (
 // PillarStorageClass per store, all Ready; and the test's client of the
 // controller's CSI socket.
 type stack struct {
-	t       *testing.T
+	t testing.TB
+	// root is the test the stack was made in; t may be a subtest of it.
+	root    testing.TB
 	l       *lab
 	name    string
 	agent   *agent
@@ -81,10 +83,10 @@ type store struct {
 
 // newStack starts an agent for node name with a store for each kind and
 // waits until everything is Ready and the StorageClasses are generated.
-func newStack(t *testing.T, l *lab, name string, kinds ...string) *stack {
+func newStack(t testing.TB, l *lab, name string, kinds ...string) *stack {
 	t.Helper()
 	began := time.Now()
-	s := &stack{t: t, l: l, name: name, stores: map[string]*store{}, port: fixture.FreeTCPPort(t)}
+	s := &stack{t: t, root: t, l: l, name: name, stores: map[string]*store{}, port: fixture.FreeTCPPort(t)}
 	var objs []client.Object
 	for _, k := range kinds {
 		st := &store{kind: k, name: name + "-" + k}
@@ -156,7 +158,7 @@ func newStack(t *testing.T, l *lab, name string, kinds ...string) *stack {
 
 // waitReady waits until the cluster-scoped object name has Ready=True
 // for its current generation, and returns it.
-func (l *lab) waitReady(t *testing.T, o client.Object, name string, conds func(client.Object) []metav1.Condition) client.Object {
+func (l *lab) waitReady(t testing.TB, o client.Object, name string, conds func(client.Object) []metav1.Condition) client.Object {
 	t.Helper()
 	began := time.Now()
 	kind := strings.TrimPrefix(fmt.Sprintf("%T", o), "*v1alpha1.")
@@ -175,7 +177,7 @@ func (l *lab) waitReady(t *testing.T, o client.Object, name string, conds func(c
 }
 
 // waitProbe waits until a CSI plugin's Probe answers ready.
-func waitProbe(t *testing.T, name string, ident csi.IdentityClient, exited func() bool) {
+func waitProbe(t testing.TB, name string, ident csi.IdentityClient, exited func() bool) {
 	t.Helper()
 	began := time.Now()
 	eventually(t, name+" to answer Probe ready", startTimeout, func() (bool, string) {
@@ -196,7 +198,7 @@ func waitProbe(t *testing.T, name string, ident csi.IdentityClient, exited func(
 // backendVolumes lists the volume IDs that have a zvol (under the store's
 // parent dataset) or a pillar-tagged LV (in its volume group), as the
 // storage tools report them.
-func (st *store) backendVolumes(t *testing.T) []string {
+func (st *store) backendVolumes(t testing.TB) []string {
 	t.Helper()
 	ctx := context.Background()
 	var ids []string
@@ -234,7 +236,7 @@ func (st *store) backendVolumes(t *testing.T) []string {
 }
 
 // backendSize is the size of the volume's zvol or LV, in bytes.
-func (st *store) backendSize(t *testing.T, id string) int64 {
+func (st *store) backendSize(t testing.TB, id string) int64 {
 	t.Helper()
 	ctx := context.Background()
 	switch st.kind {
@@ -290,7 +292,9 @@ func (s *stack) startWorker(name string) *worker {
 	sock := "unix://" + filepath.Join(dir, "csi.sock")
 	began := time.Now()
 	p, err := startProc("pillar-node", filepath.Join(s.l.bin, "pillar-node"), nil, "-endpoint", sock, "-node-name", name,
-		"-state-dir", filepath.Join(dir, "state"), "-host-nqn-file", nqnFile, "-host-id-file", idFile, "-log-level", "debug")
+		"-state-dir", filepath.Join(dir, "state"), "-host-nqn-file", nqnFile, "-host-id-file", idFile, "-log-level", "debug",
+		// No kubelet runs here to register with.
+		"-plugin-registration-dir=")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +352,7 @@ func rwo() *csi.VolumeCapability {
 	}
 }
 
-func csiCtx(t *testing.T) context.Context {
+func csiCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), csiTimeout)
 	t.Cleanup(cancel)
 	return ctx
@@ -421,13 +425,13 @@ func (v *volume) accept(resp *csi.CreateVolumeResponse) {
 }
 
 // state reads the volume's PillarVolumeState.
-func (v *volume) state(t *testing.T) (*v1alpha1.PillarVolumeState, error) {
+func (v *volume) state(t testing.TB) (*v1alpha1.PillarVolumeState, error) {
 	var pvs v1alpha1.PillarVolumeState
 	err := v.s.l.get(v.id, &pvs)
 	return &pvs, err
 }
 
-func (v *volume) dumpState(t *testing.T) {
+func (v *volume) dumpState(t testing.TB) {
 	pvs, err := v.state(t)
 	if err != nil {
 		t.Logf("---- PillarVolumeState %s: %v", v.id, err)
@@ -563,7 +567,7 @@ func describeSubsystem(nqn string) string {
 // controllerStates are the states of the initiator's controllers of nqn
 // (/sys/class/nvme/nvmeN/state, the same devices as
 // /sys/class/nvme-fabrics/ctl/nvmeN).
-func controllerStates(t *testing.T, nqn string) map[string]string {
+func controllerStates(t testing.TB, nqn string) map[string]string {
 	m := map[string]string{}
 	for _, c := range fixture.Controllers(t, nqn) {
 		m[c] = readAttr(filepath.Join("/sys/class/nvme", c, "state"))
@@ -575,7 +579,7 @@ func controllerStates(t *testing.T, nqn string) map[string]string {
 
 // fsBytes is the size of the filesystem mounted at path (statfs f_blocks
 // × f_bsize).
-func fsBytes(t *testing.T, path string) int64 {
+func fsBytes(t testing.TB, path string) int64 {
 	t.Helper()
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(path, &st); err != nil {
@@ -585,7 +589,7 @@ func fsBytes(t *testing.T, path string) int64 {
 }
 
 // dropCaches makes the next read of a file go to the device.
-func dropCaches(t *testing.T) {
+func dropCaches(t testing.TB) {
 	t.Helper()
 	syscall.Sync()
 	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3\n"), 0o200); err != nil {
@@ -595,12 +599,12 @@ func dropCaches(t *testing.T) {
 
 // stopwatch logs how long each step took, in guest time.
 type stopwatch struct {
-	t         *testing.T
+	t         testing.TB
 	began, at time.Time
 	steps     []string
 }
 
-func newStopwatch(t *testing.T) *stopwatch {
+func newStopwatch(t testing.TB) *stopwatch {
 	now := time.Now()
 	return &stopwatch{t: t, began: now, at: now}
 }

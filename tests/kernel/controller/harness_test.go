@@ -86,6 +86,11 @@ type lab struct {
 	kubeconfig string // of controllerUser
 	apiLog     *syncBuffer
 	controller *proc
+	// controllers are every pillar-controller process started, the
+	// current one last (a test may kill one and start another).
+	controllers    []*proc
+	controllerArgs []string
+	metricsAddr    string // the controller's /metrics
 	// csiEndpoint is where pillar-controller serves the CSI Identity
 	// and Controller services (-csi-endpoint).
 	csiEndpoint string
@@ -108,7 +113,7 @@ func TestMain(m *testing.M) {
 // setup returns the shared lab, starting it on first use. It fails the
 // test, never skips it: outside the kernel lab, or without the binaries
 // that `make test-kernel` builds, nothing here can be proven.
-func setup(t *testing.T) *lab {
+func setup(t testing.TB) *lab {
 	t.Helper()
 	guest.RequireGuest(t)
 	first := false
@@ -139,7 +144,7 @@ func setup(t *testing.T) *lab {
 	return l
 }
 
-func start(t *testing.T) (*lab, error) {
+func start(t testing.TB) (*lab, error) {
 	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		return nil, err
@@ -293,42 +298,72 @@ func (l *lab) installRBAC() error {
 // startController runs bin/pillar-controller as controllerUser, leader
 // elected as in a real deployment (with a Lease loose enough for a busy
 // guest), and waits until it holds the Lease.
-func (l *lab) startController(t *testing.T) error {
+func (l *lab) startController(t testing.TB) error {
 	metrics, health := freePort(t), freePort(t)
 	l.csiEndpoint = "unix://" + filepath.Join(os.TempDir(), fmt.Sprintf("pillar-controller-%d.sock", os.Getpid()))
-	p, err := startProc("pillar-controller", filepath.Join(l.bin, "pillar-controller"), []string{"KUBECONFIG=" + l.kubeconfig},
-		"-namespace", namespace,
+	l.metricsAddr = fmt.Sprintf("127.0.0.1:%d", metrics)
+	l.controllerArgs = []string{"-namespace", namespace,
 		"-leader-elect=true", "-leader-election-id", leaseName,
 		"-lease-duration", "60s", "-renew-deadline", "45s", "-retry-period", "2s",
 		"-tls-secret-namespaces", namespace,
-		"-metrics-address", fmt.Sprintf("127.0.0.1:%d", metrics),
+		"-metrics-address", l.metricsAddr,
 		"-health-address", fmt.Sprintf("127.0.0.1:%d", health),
 		"-agent-refresh", "10s", "-store-refresh", "2s", "-agent-call-timeout", "20s",
 		"-csi-endpoint", l.csiEndpoint,
-		"-log-level", "debug")
+		"-log-level", "debug"}
+	if err := l.launchController(); err != nil {
+		return err
+	}
+	return l.waitLease(t, "")
+}
+
+// launchController starts a pillar-controller process with the lab's
+// arguments; the earlier processes' logs stay in l.controllers.
+func (l *lab) launchController() error {
+	p, err := startProc("pillar-controller", filepath.Join(l.bin, "pillar-controller"), []string{"KUBECONFIG=" + l.kubeconfig}, l.controllerArgs...)
 	if err != nil {
 		return err
 	}
 	l.controller = p
+	l.controllers = append(l.controllers, p)
+	return nil
+}
+
+// waitLease waits until the Lease has a holder other than old ("" for
+// any holder): a successor takes a Lease its SIGKILLed predecessor never
+// released only once the Lease has expired.
+func (l *lab) waitLease(t testing.TB, old string) error {
+	p := l.controller
 	began := time.Now()
 	deadline := began.Add(startTimeout)
 	for {
-		var lease coordinationv1.Lease
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		err := l.admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: leaseName}, &lease)
-		cancel()
-		if err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
-			t.Logf("pillar-controller holds its Lease %v after start (guest time)", time.Since(began).Round(10*time.Millisecond))
+		holder, err := l.leaseHolder()
+		if err == nil && holder != "" && holder != old {
+			t.Logf("pillar-controller holds its Lease (%s) %v after start (guest time)", holder, time.Since(began).Round(10*time.Millisecond))
 			return nil
 		}
 		if p.exited() {
 			return fmt.Errorf("pillar-controller exited: %v\n---- its log ----\n%s", p.err, p.log)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pillar-controller did not take its Lease in %v (last read: %v)\n---- its log ----\n%s", startTimeout, err, p.log)
+			return fmt.Errorf("pillar-controller did not take its Lease in %v (holder %q, last read: %v)\n---- its log ----\n%s", startTimeout, holder, err, p.log)
 		}
 		time.Sleep(poll)
 	}
+}
+
+// leaseHolder is the leader-election Lease's holder identity.
+func (l *lab) leaseHolder() (string, error) {
+	var lease coordinationv1.Lease
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := l.admin.Get(ctx, client.ObjectKey{Namespace: namespace, Name: leaseName}, &lease); err != nil {
+		return "", err
+	}
+	if lease.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *lease.Spec.HolderIdentity, nil
 }
 
 func (l *lab) stop() {
@@ -401,7 +436,7 @@ func (p *proc) terminate(grace time.Duration) {
 // agent is a bin/pillar-agent process on 127.0.0.1 and the test's own
 // client of it.
 type agent struct {
-	t     *testing.T
+	t     testing.TB
 	l     *lab
 	node  string
 	port  int
@@ -416,7 +451,7 @@ type agent struct {
 // startAgent runs pillar-agent for node on a fresh port and fencing
 // directory, with mutual TLS if pki is not nil, and waits until it
 // answers GetAgentInfo. The agent is killed at cleanup.
-func startAgent(t *testing.T, l *lab, node string, pki *pki) *agent {
+func startAgent(t testing.TB, l *lab, node string, pki *pki) *agent {
 	t.Helper()
 	a := &agent{t: t, l: l, node: node, port: freePort(t), creds: insecure.NewCredentials()}
 	a.args = []string{"-listen-address", a.addr(), "-metrics-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
@@ -496,7 +531,7 @@ type pki struct {
 	caPEM, clientCert, clientKey  []byte
 }
 
-func newPKI(t *testing.T) *pki {
+func newPKI(t testing.TB) *pki {
 	t.Helper()
 	now := time.Now()
 	caKey := newKey(t)
@@ -573,7 +608,7 @@ func (p *pki) secret(name string) *corev1.Secret {
 	}
 }
 
-func newKey(t *testing.T) *ecdsa.PrivateKey {
+func newKey(t testing.TB) *ecdsa.PrivateKey {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -581,7 +616,7 @@ func newKey(t *testing.T) *ecdsa.PrivateKey {
 	return k
 }
 
-func serial(t *testing.T) *big.Int {
+func serial(t testing.TB) *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {
 		t.Fatal(err)
@@ -602,7 +637,7 @@ func agentObj(name, node string, port int, tlsSecret string) *v1alpha1.PillarAge
 
 // create creates the objects and deletes them at cleanup, dumping them
 // (with their events) first if the test failed.
-func (l *lab) create(t *testing.T, objs ...client.Object) {
+func (l *lab) create(t testing.TB, objs ...client.Object) {
 	t.Helper()
 	for _, o := range objs {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
@@ -625,7 +660,7 @@ func (l *lab) create(t *testing.T, objs ...client.Object) {
 }
 
 // dump logs an object as the API server has it, and its events.
-func (l *lab) dump(t *testing.T, o client.Object) {
+func (l *lab) dump(t testing.TB, o client.Object) {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	cur := o.DeepCopyObject().(client.Object)
@@ -656,7 +691,7 @@ func (l *lab) dump(t *testing.T, o client.Object) {
 
 // eventually calls check every poll until it reports done, and fails the
 // test with what check last saw once timeout passes.
-func eventually(t *testing.T, what string, timeout time.Duration, check func() (bool, string)) {
+func eventually(t testing.TB, what string, timeout time.Duration, check func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -671,7 +706,7 @@ func eventually(t *testing.T, what string, timeout time.Duration, check func() (
 	}
 }
 
-func freePort(t *testing.T) int { return fixture.FreeTCPPort(t) }
+func freePort(t testing.TB) int { return fixture.FreeTCPPort(t) }
 
 type syncBuffer struct {
 	mu sync.Mutex

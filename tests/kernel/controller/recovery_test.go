@@ -384,7 +384,7 @@ func exportIdentity(nqn string) string {
 // waitEventSince waits for an events.k8s.io Event about the PillarAgent
 // name with the reason, observed at or after since: a new Event, or a
 // repeat counted in an earlier one's series.
-func (l *lab) waitEventSince(t *testing.T, name, reason string, since time.Time) eventsv1.Event {
+func (l *lab) waitEventSince(t testing.TB, name, reason string, since time.Time) eventsv1.Event {
 	t.Helper()
 	var ev eventsv1.Event
 	eventually(t, fmt.Sprintf("a %s event about PillarAgent %s after %s", reason, name, since.Format(time.RFC3339Nano)), statusTimeout, func() (bool, string) {
