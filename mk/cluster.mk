@@ -30,17 +30,18 @@ $(CLUSTER_BINS): $(BIN)/%: $(TOOLS_MOD)
 
 # ----------------------------------------------------------------- e2e ----
 
-# Extra arguments for the e2e run: package patterns and, after --, test
-# binary flags, e.g. make e2e E2EFLAGS='-- -test.run TestHelm'.
+# Extra flags for the e2e test binaries, e.g. make e2e E2EFLAGS='-test.run TestHelm'.
 E2EFLAGS ?=
 # 2 GiB: the control plane and the kubelet take ~700 MiB; 1 GiB is the
 # floor, 768 MiB thrashes 9p's page cache.
 E2E_MEMORY_MB ?= 2048
 
 # The suites under tests/e2e boot their cluster in a guest of their own
-# (make test-kernel leaves them out). Images from make images in
+# (make test-kernel leaves them out). A start takes about a minute of
+# guest time on an idle host and took over 8 with the host's two cores
+# shared by three guests, hence the generous timeouts. Images from make images in
 # bin/images are imported when present; without pause.tar the harness
 # builds a busybox sandbox image.
 .PHONY: e2e
 e2e: pillar-lab cluster-tools ## Boot a one-node Kubernetes cluster in the kernel lab and run the end-to-end suites (tests/e2e) in it (needs root)
-	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) tests/e2e/... $(E2EFLAGS)
+	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 60m tests/e2e/... -- -test.timeout 45m $(E2EFLAGS)

@@ -1,0 +1,654 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options say where the cluster's binaries and images are.
+type Options struct {
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler, kubelet, kube-proxy, kubectl and helm (the
+	// repository's bin/, filled by make cluster-tools). It must be outside
+	// /tmp, which the guest hides.
+	BinDir string
+	// ImageDir holds the image tarballs of make images; every *.tar is
+	// imported. pause.tar, when present, is the pod sandbox image;
+	// otherwise the harness builds one from busybox.
+	ImageDir string
+	// StateDir holds the PKI, the configuration files, etcd's data and
+	// the components' logs; /run/pillar-e2e if empty (tmpfs in the guest).
+	StateDir string
+	// NodeName is the node's name; the guest's host name if empty.
+	NodeName string
+	// Log receives one line per step with its guest uptime; os.Stderr if
+	// nil.
+	Log io.Writer
+	// StartTimeout bounds Start as a whole; 20 minutes if zero: under TCG
+	// on a host whose two cores three guests share, a start took 9.
+	StartTimeout time.Duration
+}
+
+// Mark is one step of the cluster's life, at guest uptime and wall time
+// since Start began.
+type Mark struct {
+	Step   string
+	Uptime time.Duration
+	Wall   time.Duration
+}
+
+// Cluster is a running one-node cluster in the guest.
+type Cluster struct {
+	opts     Options
+	NodeName string
+	// Kubeconfig is the admin's (system:masters) kubeconfig file.
+	Kubeconfig string
+	// PauseImage is the sandbox image; Images every reference imported.
+	PauseImage string
+	Images     []string
+	// Timeline has a Mark per step of Start.
+	Timeline []Mark
+
+	start   time.Time
+	daemons []*daemon
+	undo    []undoStep
+	ca      *ca
+}
+
+type undoStep struct {
+	what string
+	fn   func() error
+}
+
+func (c *Cluster) onStop(what string, fn func() error) {
+	c.undo = append(c.undo, undoStep{what, fn})
+}
+
+func (c *Cluster) dir(parts ...string) string {
+	return filepath.Join(append([]string{c.opts.StateDir}, parts...)...)
+}
+
+func (c *Cluster) bin(name string) string { return filepath.Join(c.opts.BinDir, name) }
+
+// Uptime is the guest's uptime.
+func Uptime() time.Duration {
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0
+	}
+	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
+	return time.Duration(f * float64(time.Second))
+}
+
+// mark records and logs a step.
+func (c *Cluster) mark(step string) Mark {
+	m := Mark{Step: step, Uptime: Uptime(), Wall: time.Since(c.start)}
+	c.Timeline = append(c.Timeline, m)
+	fmt.Fprintf(c.opts.Log, "cluster: %-40s guest uptime %6.1fs, %6.1fs since start\n", step, m.Uptime.Seconds(), m.Wall.Seconds())
+	return m
+}
+
+// Start prepares the guest and starts the cluster: it returns once the node
+// is Ready and a pod has reached the `kubernetes` Service. On failure it
+// writes the diagnostics (Dump) to Options.Log, tears down what it started
+// and returns the error.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	if o.StateDir == "" {
+		o.StateDir = "/run/pillar-e2e"
+	}
+	if o.Log == nil {
+		o.Log = os.Stderr
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 20 * time.Minute
+	}
+	if o.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("node name: %w", err)
+		}
+		o.NodeName = strings.ToLower(h)
+	}
+	c := &Cluster{opts: o, NodeName: o.NodeName, start: time.Now()}
+	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
+	defer cancel()
+	if err := c.startAll(ctx); err != nil {
+		c.Dump(o.Log)
+		if serr := c.Stop(); serr != nil {
+			fmt.Fprintf(o.Log, "cluster: teardown after the failed start: %v\n", serr)
+		}
+		return nil, fmt.Errorf("start the lab cluster: %w", err)
+	}
+	return c, nil
+}
+
+func (c *Cluster) startAll(ctx context.Context) error {
+	c.mark("start")
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy", "kubectl", "helm"} {
+		if _, err := os.Stat(c.bin(b)); err != nil {
+			return fmt.Errorf("%w (make cluster-tools builds it)", err)
+		}
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "iptables", "conntrack", "/usr/lib/cni/bridge"} {
+		if _, err := lookPath(b); err != nil {
+			return fmt.Errorf("%s: %w (the lab's host packages: pillar-lab provision installs them)", b, err)
+		}
+	}
+	if err := os.MkdirAll(c.dir("logs"), 0o755); err != nil {
+		return err
+	}
+	c.onStop("remove "+c.opts.StateDir, func() error { return os.RemoveAll(c.opts.StateDir) })
+	if err := c.prepareNode(ctx); err != nil {
+		return err
+	}
+	c.mark("node prepared")
+	if err := c.writePKI(); err != nil {
+		return err
+	}
+	c.mark("certificates written")
+	if err := c.startContainerd(ctx); err != nil {
+		return err
+	}
+	c.mark("containerd up, images imported")
+	if err := c.startControlPlane(ctx); err != nil {
+		return err
+	}
+	c.mark("API server ready")
+	if err := c.startNode(ctx); err != nil {
+		return err
+	}
+	if err := c.waitNodeReady(ctx); err != nil {
+		return err
+	}
+	c.mark("node Ready")
+	if err := c.startProxy(); err != nil {
+		return err
+	}
+	if err := c.checkServiceFromPod(ctx); err != nil {
+		return err
+	}
+	c.mark("kubernetes Service reached from a pod")
+	return nil
+}
+
+func lookPath(name string) (string, error) {
+	if filepath.IsAbs(name) {
+		_, err := os.Stat(name)
+		return name, err
+	}
+	for _, d := range filepath.SplitList(os.Getenv("PATH") + ":/usr/sbin:/sbin") {
+		p := filepath.Join(d, name)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("not on PATH: %w", os.ErrNotExist)
+}
+
+// writePKI writes the CA, the API server's serving certificate, a client
+// certificate per component (each its own user, so RBAC and the Node
+// authorizer see the identities a real cluster has), the service-account
+// key and the kubeconfigs.
+func (c *Cluster) writePKI() error {
+	pki := c.dir("pki")
+	if err := os.MkdirAll(pki, 0o700); err != nil {
+		return err
+	}
+	var err error
+	if c.ca, err = newCA(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(pki, "ca.crt"), c.ca.pem, 0o644); err != nil {
+		return err
+	}
+	// The controller manager signs certificate requests with it.
+	keyPEM, err := c.ca.keyPEM()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(pki, "ca.key"), keyPEM, 0o600); err != nil {
+		return err
+	}
+	if _, _, err := serviceAccountKey(pki); err != nil {
+		return err
+	}
+	server, err := c.ca.issue("kube-apiserver", nil, []string{
+		NodeIP, APIServiceIP, "127.0.0.1", "localhost", c.NodeName,
+		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+	})
+	if err != nil {
+		return err
+	}
+	if _, _, err := server.write(pki, "apiserver"); err != nil {
+		return err
+	}
+	// The API server's client for the kubelet API (logs, exec).
+	kc, err := c.ca.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, nil)
+	if err != nil {
+		return err
+	}
+	if _, _, err := kc.write(pki, "apiserver-kubelet-client"); err != nil {
+		return err
+	}
+	url := "https://" + NodeIP + ":6443"
+	for _, u := range []struct{ file, cn, org string }{
+		{"admin", "pillar-lab-admin", "system:masters"},
+		{"controller-manager", "system:kube-controller-manager", ""},
+		{"scheduler", "system:kube-scheduler", ""},
+		{"kubelet", "system:node:" + c.NodeName, "system:nodes"},
+		{"proxy", "system:kube-proxy", ""},
+	} {
+		var orgs []string
+		if u.org != "" {
+			orgs = []string{u.org}
+		}
+		kp, err := c.ca.issue(u.cn, orgs, nil)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.dir(u.file+".kubeconfig"), []byte(kubeconfig(url, c.ca.pem, kp, u.cn)), 0o600); err != nil {
+			return err
+		}
+	}
+	c.Kubeconfig = c.dir("admin.kubeconfig")
+	return nil
+}
+
+// startContainerd writes containerd's and CNI's configuration, starts
+// containerd and imports every image.
+func (c *Cluster) startContainerd(ctx context.Context) error {
+	tars, err := imageTars(c.opts.ImageDir)
+	if err != nil {
+		return fmt.Errorf("images: %w", err)
+	}
+	imgDir := c.dir("images")
+	if err := os.MkdirAll(imgDir, 0o755); err != nil {
+		return err
+	}
+	bb := filepath.Join(imgDir, "busybox.tar")
+	if err := writeBusyboxImage(bb, "/bin/busybox", BusyboxImage, []string{"/bin/sh"}); err != nil {
+		return err
+	}
+	tars = append(tars, bb)
+	pause := filepath.Join(c.opts.ImageDir, "pause.tar")
+	if _, err := os.Stat(pause); err == nil {
+		refs, err := imageRefs(pause)
+		if err != nil {
+			return fmt.Errorf("pause image: %w", err)
+		}
+		c.PauseImage = refs[0]
+	} else {
+		fmt.Fprintf(c.opts.Log, "cluster: %s is missing (make images): using a busybox sandbox image\n", pause)
+		pause = filepath.Join(imgDir, "pause.tar")
+		if err := writeBusyboxImage(pause, "/bin/busybox", fallbackPauseImage,
+			[]string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait; done"}); err != nil {
+			return err
+		}
+		c.PauseImage = fallbackPauseImage
+		tars = append(tars, pause)
+	}
+
+	cniDir := c.dir("cni")
+	if err := os.MkdirAll(cniDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(cniDir, "10-pillar-lab.conflist"), []byte(cniConfig()), 0o644); err != nil {
+		return err
+	}
+	cfg := c.dir("containerd.toml")
+	if err := os.WriteFile(cfg, []byte(containerdConfig(c.PauseImage, cniDir)), 0o644); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon("containerd", "containerd", "--config", cfg); err != nil {
+		return err
+	}
+	if err := c.waitFor(ctx, "containerd", 2*time.Minute, func(ctx context.Context) error {
+		_, err := run(ctx, 20*time.Second, nil, "ctr", "version")
+		return err
+	}); err != nil {
+		return err
+	}
+	c.onStop("remove the containers", func() error { return c.removeContainers() })
+	for _, t := range tars {
+		out, err := run(ctx, 5*time.Minute, nil, "ctr", "-n", "k8s.io", "images", "import", "--all-platforms", t)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", t, err)
+		}
+		refs, err := imageRefs(t)
+		if err != nil {
+			return err
+		}
+		for _, r := range refs {
+			// ctr names a docker reference without a registry by its
+			// normalized form.
+			if !bytes.Contains(out, []byte(strings.TrimPrefix(r, "docker.io/library/"))) {
+				return fmt.Errorf("import %s: ctr did not report %s: %s", t, r, out)
+			}
+		}
+		c.Images = append(c.Images, refs...)
+	}
+	return nil
+}
+
+// removeContainers kills and deletes every container task, so that no
+// shim outlives the cluster.
+func (c *Cluster) removeContainers() error {
+	ctx := context.Background()
+	out, err := run(ctx, time.Minute, nil, "ctr", "-n", "k8s.io", "tasks", "ls", "-q")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	ids := strings.Fields(string(out))
+	for _, id := range ids {
+		run(ctx, 30*time.Second, nil, "ctr", "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", id)
+	}
+	for _, id := range ids {
+		var derr error
+		for i := 0; i < 20; i++ {
+			if _, derr = run(ctx, 30*time.Second, nil, "ctr", "-n", "k8s.io", "tasks", "delete", "-f", id); derr == nil {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if derr != nil {
+			errs = append(errs, derr)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Cluster) startDaemon(name, bin string, args ...string) (*daemon, error) {
+	if !filepath.IsAbs(bin) && bin != "containerd" {
+		bin = c.bin(bin)
+	}
+	d, err := startDaemon(c.dir("logs"), name, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	c.daemons = append(c.daemons, d)
+	c.onStop("stop "+name, func() error { return d.stop(20 * time.Second) })
+	return d, nil
+}
+
+// waitFor polls check every half second until it succeeds, a daemon
+// exits, or timeout passes; the error names the last failure.
+func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duration, check func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		if last = check(ctx); last == nil {
+			return nil
+		}
+		for _, d := range c.daemons {
+			if ok, err := d.exited(); ok {
+				return fmt.Errorf("waiting for %s: %s exited (%v); last check: %w", what, d.name, err, last)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w; last check: %w", what, ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// startControlPlane starts etcd, the API server, the controller manager
+// and the scheduler, and waits for the API server's /readyz.
+func (c *Cluster) startControlPlane(ctx context.Context) error {
+	pki := c.dir("pki")
+	if _, err := c.startDaemon("etcd", "etcd", "--data-dir", c.dir("etcd"),
+		"--listen-client-urls", "http://127.0.0.1:2379", "--unsafe-no-fsync"); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon("kube-apiserver", "kube-apiserver",
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--advertise-address="+NodeIP, "--bind-address=0.0.0.0", "--secure-port=6443",
+		"--cert-dir="+c.dir("apiserver-certs"),
+		"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
+		"--client-ca-file="+filepath.Join(pki, "ca.crt"),
+		"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
+		"--kubelet-client-key="+filepath.Join(pki, "apiserver-kubelet-client.key"),
+		"--kubelet-preferred-address-types=InternalIP",
+		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range="+ServiceCIDR,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--allow-privileged=true",
+		"--profiling=false",
+	); err != nil {
+		return err
+	}
+	tlsCfg, err := c.adminTLS()
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
+	if err := c.waitFor(ctx, "the API server's /readyz", 5*time.Minute, func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+NodeIP+":6443/readyz", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/readyz: %s: %s", resp.Status, bytes.TrimSpace(body))
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon("kube-controller-manager", "kube-controller-manager",
+		"--kubeconfig="+c.dir("controller-manager.kubeconfig"),
+		"--authentication-kubeconfig="+c.dir("controller-manager.kubeconfig"),
+		"--authorization-kubeconfig="+c.dir("controller-manager.kubeconfig"),
+		"--bind-address=127.0.0.1",
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file="+filepath.Join(pki, "sa.key"),
+		"--root-ca-file="+filepath.Join(pki, "ca.crt"),
+		"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
+		"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
+		"--service-cluster-ip-range="+ServiceCIDR,
+		"--profiling=false",
+	); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon("kube-scheduler", "kube-scheduler",
+		"--kubeconfig="+c.dir("scheduler.kubeconfig"),
+		"--authentication-kubeconfig="+c.dir("scheduler.kubeconfig"),
+		"--authorization-kubeconfig="+c.dir("scheduler.kubeconfig"),
+		"--bind-address=127.0.0.1",
+		"--leader-elect=false",
+		"--profiling=false",
+	); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *Cluster) adminTLS() (*tls.Config, error) {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(c.ca.pem)
+	kp, err := c.ca.issue("pillar-lab-harness", []string{"system:masters"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := tls.X509KeyPair(kp.cert, kp.key)
+	if err != nil {
+		return nil, fmt.Errorf("harness client certificate: %w", err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}, nil
+}
+
+// startNode starts the kubelet.
+func (c *Cluster) startNode(ctx context.Context) error {
+	kcfg := c.dir("kubelet.yaml")
+	if err := os.WriteFile(kcfg, []byte(kubeletConfig(c.dir("pki", "ca.crt"))), 0o644); err != nil {
+		return err
+	}
+	if _, err := c.startDaemon("kubelet", "kubelet",
+		"--config="+kcfg,
+		"--kubeconfig="+c.dir("kubelet.kubeconfig"),
+		"--hostname-override="+c.NodeName,
+		"--node-ip="+NodeIP,
+		"--v=1",
+	); err != nil {
+		return err
+	}
+	return nil
+}
+
+// startProxy starts kube-proxy. It runs once the node is registered:
+// kube-proxy gives up ("Timed out waiting for node to exist") if the
+// kubelet, slow to start under emulation, has not registered it in time.
+// Its iptables chains stay when it stops; they die with the guest, and
+// they reference only addresses that exist in it.
+func (c *Cluster) startProxy() error {
+	pcfg := c.dir("kube-proxy.yaml")
+	if err := os.WriteFile(pcfg, []byte(kubeProxyConfig(c.dir("proxy.kubeconfig"), c.NodeName)), 0o644); err != nil {
+		return err
+	}
+	_, err := c.startDaemon("kube-proxy", "kube-proxy", "--config="+pcfg)
+	return err
+}
+
+// Kubectl runs kubectl as the admin with a timeout and returns stdout.
+func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	return run(ctx, 3*time.Minute, stdin, c.bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+}
+
+// Helm runs helm against the cluster with a timeout and returns stdout.
+func (c *Cluster) Helm(ctx context.Context, timeout time.Duration, args ...string) ([]byte, error) {
+	return run(ctx, timeout, nil, c.bin("helm"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+}
+
+func (c *Cluster) waitNodeReady(ctx context.Context) error {
+	return c.waitFor(ctx, "node "+c.NodeName+" Ready", 5*time.Minute, func(ctx context.Context) error {
+		out, err := c.Kubectl(ctx, nil, "get", "node", c.NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err != nil {
+			return err
+		}
+		if s := strings.TrimSpace(string(out)); s != "True" {
+			return fmt.Errorf("condition Ready is %q", s)
+		}
+		return nil
+	})
+}
+
+// checkServiceFromPod proves what every in-cluster client (the CSI
+// sidecars, the controller) relies on: a pod reaches the API server
+// through the `kubernetes` Service, i.e. kube-proxy's rules and the pod
+// network work. The pod sends plain HTTP to the TLS port; the API server's
+// "400 Bad Request" answer proves a round trip to it.
+func (c *Cluster) checkServiceFromPod(ctx context.Context) error {
+	const name = "pillar-lab-service-check"
+	manifest := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: default}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 0
+  containers:
+  - name: check
+    image: %s
+    imagePullPolicy: Never
+    command: [sh, -c, 'for i in $(seq 1 60); do printf "GET /version HTTP/1.0\r\n\r\n" | nc -w 5 "$KUBERNETES_SERVICE_HOST" "$KUBERNETES_SERVICE_PORT" > /tmp/out 2>&1; if grep -q "HTTP/1.0 400" /tmp/out; then cat /tmp/out; exit 0; fi; sleep 1; done; cat /tmp/out; exit 1']
+`, name, BusyboxImage)
+	// The default service account appears a moment after the API server.
+	if err := c.waitFor(ctx, "the default service account", 2*time.Minute, func(ctx context.Context) error {
+		_, err := c.Kubectl(ctx, nil, "get", "serviceaccount", "default", "-n", "default")
+		return err
+	}); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, []byte(manifest), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	var phase string
+	err := c.waitFor(ctx, "the Service check pod", 4*time.Minute, func(ctx context.Context) error {
+		out, err := c.Kubectl(ctx, nil, "get", "pod", name, "-n", "default", "-o", "jsonpath={.status.phase}")
+		if err != nil {
+			return err
+		}
+		phase = strings.TrimSpace(string(out))
+		if phase == "Succeeded" || phase == "Failed" {
+			return nil
+		}
+		return fmt.Errorf("phase %q", phase)
+	})
+	logs, _ := c.Kubectl(ctx, nil, "logs", name, "-n", "default")
+	if err != nil {
+		return err
+	}
+	if phase != "Succeeded" {
+		return fmt.Errorf("a pod did not reach the API server through the kubernetes Service (%s:443): %s", APIServiceIP, logs)
+	}
+	if _, err := c.Kubectl(ctx, nil, "delete", "pod", name, "-n", "default", "--wait=false"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Stop tears the cluster down in the reverse order of Start: the
+// containers, the components, the node's interface,
+// mounts and modprobe helper. It reports every step that failed.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for i := len(c.undo) - 1; i >= 0; i-- {
+		if err := c.undo[i].fn(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.undo[i].what, err))
+		}
+	}
+	c.undo = nil
+	return errors.Join(errs...)
+}
+
+// Dump writes what explains a failure: every component's log tail, the
+// cluster's events and pods, and the kernel log.
+func (c *Cluster) Dump(w io.Writer) {
+	ctx := context.Background()
+	for _, d := range c.daemons {
+		state := "running"
+		if ok, err := d.exited(); ok {
+			state = fmt.Sprintf("exited: %v", err)
+		}
+		fmt.Fprintf(w, "---- %s (%s), %s ----\n%s\n", d.name, state, d.log, d.tail(16<<10))
+	}
+	if c.Kubeconfig != "" {
+		for _, args := range [][]string{
+			{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+			{"get", "pods", "-A", "-o", "wide"},
+			{"describe", "nodes"},
+		} {
+			out, err := run(ctx, 30*time.Second, nil, c.bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+			fmt.Fprintf(w, "---- kubectl %s ----\n%s", strings.Join(args, " "), out)
+			if err != nil {
+				fmt.Fprintf(w, "(%v)\n", err)
+			}
+		}
+	}
+	out, err := run(ctx, 30*time.Second, nil, "dmesg")
+	if len(out) > 32<<10 {
+		out = out[len(out)-32<<10:]
+	}
+	fmt.Fprintf(w, "---- kernel log (tail) ----\n%s", out)
+	if err != nil {
+		fmt.Fprintf(w, "(%v)\n", err)
+	}
+}

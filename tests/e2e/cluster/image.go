@@ -1,0 +1,189 @@
+package cluster
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// BusyboxImage is the image the harness builds from the host's static
+// busybox (package busybox-static) for the suites' own pods: a shell and
+// the usual tools in 2 MB, and no registry needed.
+const BusyboxImage = "pillar-lab.local/busybox:e2e"
+
+// fallbackPauseImage is the sandbox image the harness builds when make
+// images has not written bin/images/pause.tar: the same busybox, sleeping
+// as PID 1 and exiting on SIGTERM. Any static binary that sleeps serves
+// as a pod sandbox's process.
+const fallbackPauseImage = "pillar-lab.local/pause:e2e"
+
+// busyboxApplets are linked into /bin of the busybox image.
+var busyboxApplets = []string{"sh", "sleep", "cat", "echo", "ls", "mount", "umount", "nc", "wget", "mkdir", "rm", "test", "true", "sync", "sha256sum", "dd", "stat", "grep", "df"}
+
+// writeBusyboxImage writes a docker-archive tarball (what
+// `ctr images import` and `docker load` read) of a one-layer image named
+// ref: /bin/busybox from busybox, its applets as symlinks, and entrypoint.
+// Nothing in it depends on the time or the host, so the same busybox gives
+// the same image.
+func writeBusyboxImage(out, busybox, ref string, entrypoint []string) error {
+	bb, err := os.ReadFile(busybox)
+	if err != nil {
+		return fmt.Errorf("image %s: %w (package busybox-static)", ref, err)
+	}
+	var layer bytes.Buffer
+	tw := tar.NewWriter(&layer)
+	dirs := []string{"bin", "dev", "etc", "proc", "sys", "tmp", "var"}
+	for _, d := range dirs {
+		mode := int64(0o755)
+		if d == "tmp" {
+			mode = 0o1777
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode, Format: tar.FormatPAX}); err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb)), Format: tar.FormatPAX}); err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	if _, err := tw.Write(bb); err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	for _, a := range busyboxApplets {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox", Mode: 0o777, Format: tar.FormatPAX}); err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	diffID := sha256.Sum256(layer.Bytes())
+	config, err := json.Marshal(map[string]any{
+		"architecture": "amd64",
+		"os":           "linux",
+		"config": map[string]any{
+			"Entrypoint": entrypoint,
+			"Env":        []string{"PATH=/bin"},
+		},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
+	})
+	if err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	configSum := sha256.Sum256(config)
+	configName := hex.EncodeToString(configSum[:]) + ".json"
+	layerName := hex.EncodeToString(diffID[:]) + "/layer.tar"
+	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": []string{ref}, "Layers": []string{layerName}}})
+	if err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+
+	tmp := out + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	defer os.Remove(tmp)
+	aw := tar.NewWriter(f)
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{{configName, config}, {layerName, layer.Bytes()}, {"manifest.json", manifest}} {
+		if err := aw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), Format: tar.FormatPAX}); err != nil {
+			f.Close()
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+		if _, err := aw.Write(e.data); err != nil {
+			f.Close()
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+	}
+	if err := aw.Close(); err != nil {
+		f.Close()
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("image %s: %w", ref, err)
+	}
+	return os.Rename(tmp, out)
+}
+
+// imageRefs returns the references an image tarball names: RepoTags of a
+// docker archive's manifest.json, or the ref-name annotations of an OCI
+// layout's index.json. The harness needs the pause image's name before
+// containerd starts (it is the sandbox_image of containerd's config).
+func imageRefs(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	var refs []string
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		switch strings.TrimPrefix(h.Name, "./") {
+		case "manifest.json":
+			var m []struct{ RepoTags []string }
+			if err := json.NewDecoder(tr).Decode(&m); err != nil {
+				return nil, fmt.Errorf("%s: manifest.json: %w", path, err)
+			}
+			for _, e := range m {
+				refs = append(refs, e.RepoTags...)
+			}
+		case "index.json":
+			var ix struct {
+				Manifests []struct{ Annotations map[string]string }
+			}
+			if err := json.NewDecoder(tr).Decode(&ix); err != nil {
+				return nil, fmt.Errorf("%s: index.json: %w", path, err)
+			}
+			for _, m := range ix.Manifests {
+				for _, k := range []string{"io.containerd.image.name", "org.opencontainers.image.ref.name"} {
+					if v := m.Annotations[k]; strings.Contains(v, "/") || strings.Contains(v, ":") {
+						refs = append(refs, v)
+						break
+					}
+				}
+			}
+		}
+	}
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("%s: names no image (no RepoTags in manifest.json, no ref names in index.json)", path)
+	}
+	return dedup(refs), nil
+}
+
+func dedup(s []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// imageTars lists dir/*.tar, sorted; a missing dir is no tarballs.
+func imageTars(dir string) ([]string, error) {
+	m, err := filepath.Glob(filepath.Join(dir, "*.tar"))
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}

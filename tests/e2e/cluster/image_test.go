@@ -1,0 +1,90 @@
+package cluster
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+func TestBusyboxImageIsADockerArchive(t *testing.T) {
+	dir := t.TempDir()
+	bb := filepath.Join(dir, "busybox")
+	if err := os.WriteFile(bb, []byte("#!fake busybox\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "img.tar")
+	if err := writeBusyboxImage(out, bb, "example.com/x:1", []string{"/bin/sh"}); err != nil {
+		t.Fatal(err)
+	}
+	refs, err := imageRefs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(refs, []string{"example.com/x:1"}) {
+		t.Fatalf("refs = %v", refs)
+	}
+	// The same input gives the same bytes: nothing time- or host-dependent.
+	again := filepath.Join(dir, "again.tar")
+	if err := writeBusyboxImage(again, bb, "example.com/x:1", []string{"/bin/sh"}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := os.ReadFile(out)
+	b, _ := os.ReadFile(again)
+	if string(a) != string(b) {
+		t.Error("two builds of the same image differ")
+	}
+
+	// The manifest names a config and a layer that are in the archive.
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name], _ = io.ReadAll(tr)
+	}
+	var m []struct {
+		Config string
+		Layers []string
+	}
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || len(m) != 1 {
+		t.Fatalf("manifest.json: %v %s", err, files["manifest.json"])
+	}
+	if files[m[0].Config] == nil || len(m[0].Layers) != 1 || files[m[0].Layers[0]] == nil {
+		t.Fatalf("manifest names missing files: %+v (have %d files)", m[0], len(files))
+	}
+}
+
+func TestImageRefsOCILayout(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "oci.tar")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := tar.NewWriter(f)
+	index := []byte(`{"manifests":[{"annotations":{"org.opencontainers.image.ref.name":"ghcr.io/pillar-csi/pause:v1"}}]}`)
+	tw.WriteHeader(&tar.Header{Name: "index.json", Mode: 0o644, Size: int64(len(index))})
+	tw.Write(index)
+	tw.Close()
+	f.Close()
+	refs, err := imageRefs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(refs, []string{"ghcr.io/pillar-csi/pause:v1"}) {
+		t.Fatalf("refs = %v", refs)
+	}
+}

@@ -1,0 +1,184 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
+)
+
+// The node's addresses. They exist only inside the guest: the dummy
+// interface carries no traffic anywhere, and nothing is routed to the
+// host's interfaces (the guest has no NIC at all).
+const (
+	nodeCIDR       = "192.168.77.10/24"
+	NodeIP         = "192.168.77.10"
+	PodCIDR        = "10.244.0.0/24"
+	ServiceCIDR    = "10.96.0.0/24"
+	APIServiceIP   = "10.96.0.1" // the `kubernetes` Service: the first address of ServiceCIDR
+	nodeInterface  = "pillar0"
+	bridgeName     = "cni0"
+	modprobeHelper = "/sbin/pillar-e2e-modprobe"
+)
+
+// cmdTimeout bounds every short command of the node setup; a modprobe or
+// an ip call that takes longer has hung.
+const cmdTimeout = time.Minute
+
+// prepareNode makes the guest a Kubernetes node; see the package
+// overview for why each step is needed. Each step registers its undo.
+func (c *Cluster) prepareNode(ctx context.Context) error {
+	if _, err := run(ctx, cmdTimeout, nil, "mount", "--make-rshared", "/"); err != nil {
+		return fmt.Errorf("shared mount propagation: %w", err)
+	}
+
+	if err := c.moduleTree(ctx); err != nil {
+		return err
+	}
+	for _, m := range kernelvm.ClusterModules {
+		if _, err := run(ctx, cmdTimeout, nil, "modprobe", m); err != nil {
+			return fmt.Errorf("load the cluster's kernel modules: %w", err)
+		}
+	}
+
+	if err := delegateCgroups(ctx); err != nil {
+		return err
+	}
+
+	for k, v := range map[string]string{
+		"net/ipv4/ip_forward":                 "1",
+		"net/bridge/bridge-nf-call-iptables":  "1",
+		"net/bridge/bridge-nf-call-ip6tables": "1",
+	} {
+		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v), 0o644); err != nil {
+			return fmt.Errorf("sysctl %s: %w", k, err)
+		}
+	}
+
+	for _, args := range [][]string{
+		{"link", "add", nodeInterface, "type", "dummy"},
+		{"addr", "add", nodeCIDR, "dev", nodeInterface},
+		{"link", "set", nodeInterface, "up"},
+		// On-link: the kubelet and kube-proxy pick the node address from
+		// the interface of the default route.
+		{"route", "add", "default", "dev", nodeInterface},
+	} {
+		if _, err := run(ctx, cmdTimeout, nil, "ip", args...); err != nil {
+			return fmt.Errorf("node network: %w", err)
+		}
+		if args[1] == "add" && args[0] == "link" {
+			c.onStop("delete the node interface", func() error {
+				_, err := run(context.Background(), cmdTimeout, nil, "ip", "link", "del", nodeInterface)
+				return err
+			})
+		}
+	}
+	hosts, err := os.ReadFile("/etc/hosts")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("node name: %w", err)
+	}
+	hosts = append(hosts, []byte(fmt.Sprintf("\n%s %s\n", NodeIP, c.NodeName))...)
+	if err := os.WriteFile("/etc/hosts", hosts, 0o644); err != nil {
+		return fmt.Errorf("node name: %w", err)
+	}
+
+	for _, dir := range []string{"/var/lib/containerd", "/var/lib/kubelet", c.dir("etcd")} {
+		if err := c.tmpfs(ctx, dir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// moduleTree bind-mounts the guest kernel's whole module tree over
+// /lib/modules/$(uname -r) and points the kernel's own module requests at
+// a helper that runs modprobe in this root.
+func (c *Cluster) moduleTree(ctx context.Context) error {
+	tree, ok := guest.Param(guest.ModuleTreeParam)
+	if !ok {
+		return fmt.Errorf("the kernel command line has no %s=: boot the guest with pillar-lab of this tree (kernelvm.Lab.ModuleTree)", guest.ModuleTreeParam)
+	}
+	if _, err := os.Stat(filepath.Join(tree, "modules.dep")); err != nil {
+		return fmt.Errorf("the guest kernel's module tree: %w", err)
+	}
+	rel, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return fmt.Errorf("kernel release: %w", err)
+	}
+	target := filepath.Join("/lib/modules", strings.TrimSpace(string(rel)))
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return fmt.Errorf("module tree: %w", err)
+	}
+	if _, err := run(ctx, cmdTimeout, nil, "mount", "--bind", tree, target); err != nil {
+		return fmt.Errorf("module tree: %w", err)
+	}
+	c.onStop("unmount the module tree", func() error {
+		_, err := run(context.Background(), cmdTimeout, nil, "umount", "-l", target)
+		return err
+	})
+
+	// The kernel runs /proc/sys/kernel/modprobe in its initial root, the
+	// initramfs, whose /lib/modules holds only the lab's subset. The
+	// helper lives there and chroots into this process's root, which it
+	// finds through /proc: it works for as long as the cluster runs.
+	old, err := os.ReadFile("/proc/sys/kernel/modprobe")
+	if err != nil {
+		return fmt.Errorf("modprobe helper: %w", err)
+	}
+	script := fmt.Sprintf("#!/bin/sh\n# Runs the kernel's module requests inside the lab cluster's root.\nexec chroot /proc/%d/root /sbin/modprobe \"$@\"\n", os.Getpid())
+	if err := os.WriteFile("/proc/1/root"+modprobeHelper, []byte(script), 0o755); err != nil {
+		return fmt.Errorf("modprobe helper in the initramfs root: %w", err)
+	}
+	if err := os.WriteFile("/proc/sys/kernel/modprobe", []byte(modprobeHelper), 0o644); err != nil {
+		return fmt.Errorf("modprobe helper: %w", err)
+	}
+	c.onStop("restore the kernel's modprobe", func() error {
+		return os.WriteFile("/proc/sys/kernel/modprobe", []byte(strings.TrimSpace(string(old))), 0o644)
+	})
+	return nil
+}
+
+// delegateCgroups mounts cgroup2 (unless it is there) and enables every
+// available controller for the root's children.
+func delegateCgroups(ctx context.Context) error {
+	const root = "/sys/fs/cgroup"
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		if _, err := run(ctx, cmdTimeout, nil, "mount", "-t", "cgroup2", "-o", "nsdelegate", "cgroup2", root); err != nil {
+			return fmt.Errorf("cgroup2: %w", err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
+	if err != nil {
+		return fmt.Errorf("cgroup2: %w", err)
+	}
+	var enable []string
+	for _, c := range strings.Fields(string(b)) {
+		enable = append(enable, "+"+c)
+	}
+	if err := os.WriteFile(filepath.Join(root, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0o644); err != nil {
+		return fmt.Errorf("cgroup2: delegate %s: %w", strings.Join(enable, " "), err)
+	}
+	return nil
+}
+
+// tmpfs mounts a fresh tmpfs on dir, unmounted (lazily, with whatever
+// pods left mounted under it) at Stop.
+func (c *Cluster) tmpfs(ctx context.Context, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("tmpfs %s: %w", dir, err)
+	}
+	if _, err := run(ctx, cmdTimeout, nil, "mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", dir); err != nil {
+		return fmt.Errorf("tmpfs %s: %w", dir, err)
+	}
+	c.onStop("unmount "+dir, func() error {
+		_, err := run(context.Background(), cmdTimeout, nil, "umount", "-l", dir)
+		return err
+	})
+	return nil
+}
