@@ -357,7 +357,11 @@ func (c *Cluster) removeContainers() error {
 	for _, id := range ids {
 		var derr error
 		for i := 0; i < 20; i++ {
-			if _, derr = run(ctx, 30*time.Second, nil, "ctr", "-n", "k8s.io", "tasks", "delete", "-f", id); derr == nil {
+			_, derr = run(ctx, 30*time.Second, nil, "ctr", "-n", "k8s.io", "tasks", "delete", "-f", id)
+			// A killed task whose shim has already reaped it is gone.
+			var ce *CmdError
+			if derr == nil || (errors.As(derr, &ce) && strings.Contains(ce.Stderr, "not found")) {
+				derr = nil
 				break
 			}
 			time.Sleep(500 * time.Millisecond)
