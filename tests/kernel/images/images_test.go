@@ -1,0 +1,387 @@
+//go:build kernel
+
+package images
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
+)
+
+const (
+	mib = int64(1) << 20
+	// callTimeout bounds each call; the guest runs Go ~25× slower and a
+	// zfs command takes about a second there.
+	callTimeout = 3 * time.Minute
+	// imagePath is the PATH of the images (their config's Env).
+	imagePath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+// rootfs is the unpacked root filesystem of an image; the suite fails when
+// it does not exist.
+func rootfs(t *testing.T, image string) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "..", "..", "bin", "images", image+".rootfs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "usr", "bin", image)); err != nil {
+		t.Fatalf("image %s: %v (run `make images` first)", image, err)
+	}
+	return dir
+}
+
+// mountIn mounts, inside root, what a pod spec would: target is the path
+// in the container. Unmounted (recursively, in reverse) at the end of the
+// test.
+func mountIn(t *testing.T, root, target string, args ...string) {
+	t.Helper()
+	dst := filepath.Join(root, target)
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "mount", append(args, dst)...)
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-R", "-l", dst).CombinedOutput(); err != nil {
+			t.Logf("umount -R %s: %v: %s", dst, err, out)
+		}
+	})
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %q: %v: %s", name, args, err, out)
+	}
+	return string(out)
+}
+
+// chrooted is a command of the image at root, run chrooted into it with
+// the image's environment, as its container runs it.
+func chrooted(root string, argv ...string) *exec.Cmd {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+	cmd.Dir = "/"
+	cmd.Env = []string{imagePath, "LC_ALL=C"}
+	return cmd
+}
+
+// TestBinariesRun: each image's binary runs from the image alone.
+func TestBinariesRun(t *testing.T) {
+	guest.RequireGuest(t)
+	for _, image := range []string{"pillar-controller", "pillar-agent", "pillar-node"} {
+		root := rootfs(t, image)
+		out, err := chrooted(root, "/usr/bin/"+image, "-version").CombinedOutput()
+		if err != nil || len(bytes.TrimSpace(out)) == 0 {
+			t.Errorf("%s -version in its image: %v: %q", image, err, out)
+			continue
+		}
+		t.Logf("%s: %s", image, bytes.TrimSpace(out))
+	}
+}
+
+// TestInitContainersLoadModules: the init containers' modprobe, with the
+// host's /lib/modules mounted read-only, succeeds for modules that are
+// already loaded (the lab loaded them at boot).
+func TestInitContainersLoadModules(t *testing.T) {
+	guest.RequireGuest(t)
+	for image, mods := range map[string][]string{
+		"pillar-agent": {"nvmet", "nvmet_tcp"},
+		"pillar-node":  {"nvme_tcp", "nvme_fabrics"},
+	} {
+		root := rootfs(t, image)
+		mountIn(t, root, "/lib/modules", "--rbind", "-o", "ro", "/lib/modules")
+		mountIn(t, root, "/proc", "-t", "proc", "proc")
+		mountIn(t, root, "/sys", "--rbind", "/sys")
+		out, err := chrooted(root, append([]string{"/sbin/modprobe", "-a"}, mods...)...).CombinedOutput()
+		if err != nil {
+			t.Errorf("%s: modprobe -a %s: %v: %s", image, strings.Join(mods, " "), err, out)
+		}
+	}
+}
+
+// proc is a process the test started and stops at its end.
+type proc struct {
+	cmd *exec.Cmd
+	log *bytes.Buffer
+}
+
+func start(t *testing.T, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, log: &bytes.Buffer{}}
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(40 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("---- %s log ----\n%s", filepath.Base(cmd.Path), p.log)
+		}
+	})
+	return p
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitHTTP waits for url to answer 200.
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+			err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, body)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", url, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// agentContainer runs pillar-agent from its image as the DaemonSet does:
+// the host's / at /host, /dev, /sys (configfs under it), /proc, the
+// generations directory, /lib/modules read-only; the chart's flags.
+func agentContainer(t *testing.T) agentv1.AgentServiceClient {
+	t.Helper()
+	root := rootfs(t, "pillar-agent")
+	mountIn(t, root, "/host", "--rbind", "/")
+	run(t, "mount", "--make-rslave", filepath.Join(root, "host"))
+	mountIn(t, root, "/dev", "--rbind", "/dev")
+	mountIn(t, root, "/sys", "--rbind", "/sys")
+	mountIn(t, root, "/proc", "-t", "proc", "proc")
+	mountIn(t, root, "/lib/modules", "--rbind", "-o", "ro", "/lib/modules")
+	gen := t.TempDir()
+	mountIn(t, root, "/var/lib/pillar-csi/agent/generations", "--bind", gen)
+	grpcPort, httpPort := fixture.FreeTCPPort(t), fixture.FreeTCPPort(t)
+	start(t, chrooted(root, "/usr/bin/pillar-agent", "-node-name", "lab",
+		"-listen-address", "127.0.0.1:"+strconv.Itoa(grpcPort), "-metrics-address", "127.0.0.1:"+strconv.Itoa(httpPort),
+		"-host-root", "/host", "-lvm-reject", "^/dev/zd", "-lvm-reject", "^/dev/nvme", "-log-level", "debug"))
+	waitHTTP(t, "http://127.0.0.1:"+strconv.Itoa(httpPort)+"/readyz")
+	conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return agentv1.NewAgentServiceClient(conn)
+}
+
+func tok(t *testing.T) *agentv1.FencingToken {
+	return &agentv1.FencingToken{LifecycleUid: fixture.RandomUUID(t), PublicationGeneration: 1}
+}
+
+// TestAgentImageDrivesTheHostsTools: create, export, expand, unexport and
+// delete through pillar-agent's image on ZFS and on LVM thin.
+func TestAgentImageDrivesTheHostsTools(t *testing.T) {
+	guest.RequireGuest(t)
+	c := agentContainer(t)
+	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 512 * mib})
+	vg := fixture.NewVG(t, fixture.VGOptions{Size: 1 << 30, ThinPoolSize: 512 * mib})
+	for _, st := range []*agentv1.Store{
+		{Name: "zfs", Backend: &agentv1.Store_Zfs{Zfs: &agentv1.ZfsStore{Pool: pool.Name, ParentDataset: "pillar", Sparse: true}}},
+		{Name: "lvm", Backend: &agentv1.Store_Lvm{Lvm: &agentv1.LvmStore{VolumeGroup: vg.Name, ThinPool: vg.ThinPool}}},
+	} {
+		t.Run(st.GetName(), func(t *testing.T) {
+			id, tk := "pvc-image-"+st.GetName(), tok(t)
+			if _, err := c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: tk, VolumeId: id, Store: st, CapacityBytes: 64 * mib}); err != nil {
+				t.Fatal(err)
+			}
+			port := fixture.FreeTCPPort(t)
+			r, err := c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: st,
+				Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: "127.0.0.1", Port: uint32(port)}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ident, _ := export.For(id)
+			if r.GetExport().GetSubsystemNqn() != ident.SubsystemNQN {
+				t.Fatalf("export %v, want subsystem %s", r.GetExport(), ident.SubsystemNQN)
+			}
+			if _, err := os.Stat(filepath.Join("/sys/kernel/config/nvmet/subsystems", ident.SubsystemNQN)); err != nil {
+				t.Fatalf("the export is not in the kernel's configfs: %v", err)
+			}
+			if _, err := c.ExpandVolume(ctxT(t), &agentv1.ExpandVolumeRequest{FencingToken: tk, VolumeId: id, Store: st, CapacityBytes: 96 * mib}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: tk, VolumeId: id, Store: st}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if out := run(t, "zfs", "list", "-H", "-o", "name", "-r", pool.Name); strings.Contains(out, "pvc-image") {
+		t.Errorf("zvols left: %s", out)
+	}
+}
+
+// TestNodeImageStagesAVolume: pillar-node from its image stages a volume
+// the agent image exports (connect, mkfs.ext4, mount) and unstages it.
+func TestNodeImageStagesAVolume(t *testing.T) {
+	guest.RequireGuest(t)
+	c := agentContainer(t)
+	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 512 * mib})
+	st := &agentv1.Store{Name: "zfs", Backend: &agentv1.Store_Zfs{Zfs: &agentv1.ZfsStore{Pool: pool.Name, ParentDataset: "pillar", Sparse: true}}}
+	id, tk := "pvc-image-node", tok(t)
+	if _, err := c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: tk, VolumeId: id, Store: st, CapacityBytes: 64 * mib}); err != nil {
+		t.Fatal(err)
+	}
+	port := fixture.FreeTCPPort(t)
+	if _, err := c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: st,
+		Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: "127.0.0.1", Port: uint32(port)}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.UnexportVolume(context.Background(), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id})
+		c.DeleteVolume(context.Background(), &agentv1.DeleteVolumeRequest{FencingToken: tk, VolumeId: id, Store: st})
+	})
+
+	// The DaemonSet's mounts: the kubelet directory (at the same path
+	// inside and out, shared), /dev, /sys, /proc, /etc/nvme, the state
+	// directory, /lib/modules read-only.
+	root := rootfs(t, "pillar-node")
+	kubelet := filepath.Join("/run", "kubelet-"+strconv.Itoa(os.Getpid()))
+	if err := os.MkdirAll(kubelet, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A shared mount of its own, as kubelet's directory is on a node
+	// (systemd makes / rshared): what the node mounts inside shows here.
+	run(t, "mount", "--bind", kubelet, kubelet)
+	run(t, "mount", "--make-shared", kubelet)
+	t.Cleanup(func() { exec.Command("umount", "-R", "-l", kubelet).Run() })
+	mountIn(t, root, kubelet, "--rbind", kubelet)
+	mountIn(t, root, "/dev", "--rbind", "/dev")
+	mountIn(t, root, "/sys", "--rbind", "/sys")
+	mountIn(t, root, "/proc", "-t", "proc", "proc")
+	mountIn(t, root, "/lib/modules", "--rbind", "-o", "ro", "/lib/modules")
+	nvme := t.TempDir()
+	hostID := fixture.RandomUUID(t)
+	hostNQN := "nqn.2014-08.org.nvmexpress:uuid:" + hostID
+	for f, v := range map[string]string{"hostnqn": hostNQN, "hostid": hostID} {
+		if err := os.WriteFile(filepath.Join(nvme, f), []byte(v+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mountIn(t, root, "/etc/nvme", "--bind", nvme)
+	mountIn(t, root, "/var/lib/pillar-csi/node", "--bind", t.TempDir())
+	sock := filepath.Join(kubelet, "plugins", "pillar-csi.io", "csi.sock")
+	if err := os.MkdirAll(filepath.Dir(sock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Registration as the chart sets it up; nobody plays kubelet here, so
+	// the socket is served and never confirmed.
+	registry := filepath.Join(kubelet, "plugins_registry")
+	mountIn(t, root, "/registration", "--bind", mkdir(t, registry))
+	healthPort := fixture.FreeTCPPort(t)
+	start(t, chrooted(root, "/usr/bin/pillar-node", "-endpoint", "unix://"+sock, "-node-name", "lab", "-log-level", "debug",
+		"-kubelet-registration-path", sock, "-plugin-registration-dir", "/registration",
+		"-health-address", "127.0.0.1:"+strconv.Itoa(healthPort)))
+	conn, err := grpc.NewClient("passthrough:///pillar-node", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", filepath.Join(root, sock))
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	waitProbe(t, csi.NewIdentityClient(conn))
+	waitHTTP(t, "http://127.0.0.1:"+strconv.Itoa(healthPort)+"/healthz")
+	if _, err := os.Stat(filepath.Join(registry, "pillar-csi.io-reg.sock")); err != nil {
+		t.Errorf("no registration socket for kubelet: %v", err)
+	}
+	node := csi.NewNodeClient(conn)
+	if _, err := c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tk, VolumeId: id, HostNqn: hostNQN}); err != nil {
+		t.Fatal(err)
+	}
+	ident, _ := export.For(id)
+	vctx := map[string]string{export.ContextTransport: "tcp", export.ContextTargetAddress: "127.0.0.1",
+		export.ContextTargetPort: strconv.Itoa(port), export.ContextSubsystemNQN: ident.SubsystemNQN,
+		export.ContextCtrlLossTimeoutSeconds: "10", export.ContextReconnectDelaySeconds: "1"}
+	staging := filepath.Join(kubelet, "plugins", "kubernetes.io", "csi", "pillar-csi.io", id, "globalmount")
+	capability := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}},
+		AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
+	if err := os.MkdirAll(filepath.Join(root, staging), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.NodeStageVolume(ctxT(t), &csi.NodeStageVolumeRequest{VolumeId: id, StagingTargetPath: staging,
+		VolumeCapability: capability, VolumeContext: vctx}); err != nil {
+		t.Fatalf("NodeStageVolume: %v", err)
+	}
+	// The mount the node made in its container is the host's: the
+	// kubelet directory is shared.
+	mounts := run(t, "findmnt", "-n", "-o", "FSTYPE", "--target", staging)
+	if strings.TrimSpace(mounts) != "ext4" {
+		t.Errorf("on the host, %s is %q, want an ext4 mount", staging, mounts)
+	}
+	if _, err := node.NodeUnstageVolume(ctxT(t), &csi.NodeUnstageVolumeRequest{VolumeId: id, StagingTargetPath: staging}); err != nil {
+		t.Fatalf("NodeUnstageVolume: %v", err)
+	}
+	if out, _ := exec.Command("findmnt", "-n", "--mountpoint", staging).CombinedOutput(); len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("after unstage %s is still mounted: %s", staging, out)
+	}
+}
+
+func mkdir(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func waitProbe(t *testing.T, c csi.IdentityClient) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		r, err := c.Probe(ctx, &csi.ProbeRequest{})
+		cancel()
+		if err == nil && r.GetReady().GetValue() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pillar-node never ready: %v, %v", r, err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
