@@ -46,6 +46,9 @@ type Mark struct {
 	Step   string
 	Uptime time.Duration
 	Wall   time.Duration
+	// MemUsedMiB is the guest's MemTotal less MemAvailable: what the
+	// cluster (and its tmpfs state) costs the guest so far.
+	MemUsedMiB int
 }
 
 // Cluster is a running one-node cluster in the guest.
@@ -91,11 +94,29 @@ func Uptime() time.Duration {
 	return time.Duration(f * float64(time.Second))
 }
 
+// memUsedMiB is MemTotal - MemAvailable of /proc/meminfo, or -1.
+func memUsedMiB() int {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return -1
+	}
+	kb := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 {
+			kb[strings.TrimSuffix(f[0], ":")], _ = strconv.Atoi(f[1])
+		}
+	}
+	if kb["MemTotal"] == 0 {
+		return -1
+	}
+	return (kb["MemTotal"] - kb["MemAvailable"]) / 1024
+}
+
 // mark records and logs a step.
 func (c *Cluster) mark(step string) Mark {
-	m := Mark{Step: step, Uptime: Uptime(), Wall: time.Since(c.start)}
+	m := Mark{Step: step, Uptime: Uptime(), Wall: time.Since(c.start), MemUsedMiB: memUsedMiB()}
 	c.Timeline = append(c.Timeline, m)
-	fmt.Fprintf(c.opts.Log, "cluster: %-40s guest uptime %6.1fs, %6.1fs since start\n", step, m.Uptime.Seconds(), m.Wall.Seconds())
+	fmt.Fprintf(c.opts.Log, "cluster: %-40s guest uptime %6.1fs, %6.1fs since start, %4d MiB used\n", step, m.Uptime.Seconds(), m.Wall.Seconds(), m.MemUsedMiB)
 	return m
 }
 

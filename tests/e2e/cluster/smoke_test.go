@@ -21,7 +21,7 @@ import (
 func TestNodeReady(t *testing.T) {
 	c := setup(t)
 	for _, m := range c.Timeline {
-		t.Logf("%-40s guest uptime %6.1fs, wall %6.1fs", m.Step, m.Uptime.Seconds(), m.Wall.Seconds())
+		t.Logf("%-40s guest uptime %6.1fs, wall %6.1fs, %4d MiB used", m.Step, m.Uptime.Seconds(), m.Wall.Seconds(), m.MemUsedMiB)
 	}
 	out, err := c.Kubectl(context.Background(), nil, "get", "node", c.NodeName, "-o",
 		`jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.nodeInfo.kubeletVersion} {.status.nodeInfo.containerRuntimeVersion}`)
