@@ -308,7 +308,10 @@ func (l *lab) startController(t testing.TB) error {
 		"-tls-secret-namespaces", namespace,
 		"-metrics-address", l.metricsAddr,
 		"-health-address", fmt.Sprintf("127.0.0.1:%d", health),
-		"-agent-refresh", "10s", "-store-refresh", "2s", "-agent-call-timeout", "20s",
+		"-agent-refresh", "10s", "-store-refresh", "2s",
+		// An lvextend or zfs create queued behind others in a busy TCG
+		// guest takes tens of seconds.
+		"-agent-call-timeout", "90s",
 		"-csi-endpoint", l.csiEndpoint,
 		"-log-level", "debug"}
 	if err := l.launchController(); err != nil {
