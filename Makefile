@@ -184,8 +184,10 @@ ldflags.pillar-controller := -X github.com/pillar-csi/pillar-csi/csidriver/drive
 ldflags.pillar-agent      := -X main.buildVersion=$(VERSION)
 ldflags.pillar-node       := -X github.com/pillar-csi/pillar-csi/csidriver/driver.Version=$(VERSION)
 
+# Static (CGO_ENABLED=0): the images carry the binaries without a C
+# library of their own, and a cgo build would need the build host's.
 define build-binary
-	cd $(word 1,$(main.$(1))) && GOWORK=off go build -trimpath -ldflags '$(ldflags.$(1))' -o $(BIN)/$(1) $(word 2,$(main.$(1)))
+	cd $(word 1,$(main.$(1))) && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags '$(ldflags.$(1))' -o $(BIN)/$(1) $(word 2,$(main.$(1)))
 
 endef
 

@@ -24,12 +24,18 @@ func TestHostNQNScript(t *testing.T) {
 	script := container(t, ds.Spec.Template.Spec.InitContainers, "host-nqn").Command[2]
 
 	const nqn = "nqn.2014-08.org.nvmexpress:uuid:0b5f3b0c-9d1e-4b0a-8f43-5f1d2c7e9a11"
-	bin := t.TempDir()
-	fake := "#!/bin/sh\n[ \"$1\" = gen-hostnqn ] || exit 2\necho " + nqn + "\n"
-	if err := os.WriteFile(filepath.Join(bin, "nvme"), []byte(fake), 0o755); err != nil {
-		t.Fatal(err)
+	// fakeNVMe is a stand-in for nvme whose gen-hostnqn prints gen.
+	fakeNVMe := func(t *testing.T, gen string) string {
+		t.Helper()
+		bin := t.TempDir()
+		fake := "#!/bin/sh\n[ \"$1\" = gen-hostnqn ] || exit 2\necho " + gen + "\n"
+		if err := os.WriteFile(filepath.Join(bin, "nvme"), []byte(fake), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return bin
 	}
-	run := func(t *testing.T, dir string) {
+	bin := fakeNVMe(t, nqn)
+	runWith := func(t *testing.T, dir, bin string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
@@ -39,6 +45,7 @@ func TestHostNQNScript(t *testing.T) {
 			t.Fatalf("script: %v\n%s", err, out)
 		}
 	}
+	run := func(t *testing.T, dir string) { t.Helper(); runWith(t, dir, bin) }
 	read := func(t *testing.T, p string) string {
 		t.Helper()
 		data, err := os.ReadFile(p)
@@ -85,6 +92,17 @@ func TestHostNQNScript(t *testing.T) {
 		id := read(t, filepath.Join(dir, "hostid"))
 		if !regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n$`).MatchString(id) {
 			t.Errorf("hostid %q is not a UUID", id)
+		}
+	})
+	t.Run("random UUID when nvme derives the all-zero one", func(t *testing.T) {
+		dir := t.TempDir()
+		runWith(t, dir, fakeNVMe(t, "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000000"))
+		got := read(t, filepath.Join(dir, "hostnqn"))
+		if !regexp.MustCompile(`^nqn\.2014-08\.org\.nvmexpress:uuid:[0-9a-f-]{36}\n$`).MatchString(got) || strings.Contains(got, "00000000-0000") {
+			t.Errorf("hostnqn %q, want a random UUID NQN", got)
+		}
+		if id := read(t, filepath.Join(dir, "hostid")); !strings.Contains(got, strings.TrimSpace(id)) {
+			t.Errorf("hostid %q is not the NQN's UUID (%q)", id, got)
 		}
 	})
 }
