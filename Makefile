@@ -117,9 +117,11 @@ pillar-lab:
 
 # The guest runs Go ~25x slower than the host, so the suites that run the
 # shipped binaries (tests/kernel/controller) find them, and etcd and
-# kube-apiserver, in bin/: they are built here, never in the guest.
+# kube-apiserver, in bin/: they are built here, never in the guest. The
+# images' suite (tests/kernel/images) chroots into the root filesystems
+# make images unpacks.
 .PHONY: test-kernel
-test-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
+test-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd images ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
 	$(call build-binary,pillar-controller)
 	$(call build-binary,pillar-agent)
 	$(call build-binary,pillar-node)
