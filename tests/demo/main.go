@@ -255,7 +255,9 @@ func (d *demo) startNode() error {
 	}
 	if err := d.start("pillar-node", "-endpoint", "unix://"+sock, "-node-name", "worker-0",
 		"-state-dir", filepath.Join(d.work, "node"), "-host-nqn-file", hostNQN,
-		"-host-id-file", filepath.Join(d.work, "hostid"), "-log-level", "info"); err != nil {
+		"-host-id-file", filepath.Join(d.work, "hostid"), "-log-level", "info",
+		// The demo plays kubelet's part itself: nothing to register with.
+		"-plugin-registration-dir="); err != nil {
 		return err
 	}
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
