@@ -52,8 +52,9 @@
 // node, with pillar-node's Node service (its kernel fakes) and the real
 // Controller service on a real API server; the Controller and Identity
 // specs alone in package controller, also on the oldest supported API
-// server. Against the real stack in the kernel lab it does not run yet
-// (tests/kernel/controller drives the same calls itself).
+// server. In the kernel lab it runs against the real stack too
+// (tests/kernel/controller): the pillar-controller binary for Identity and
+// Controller, the pillar-node binary for Node, on ZFS and on LVM thin.
 //
 // Allowed dependencies: the Go standard library, golang.org/x/sys,
 // github.com/container-storage-interface/spec, google.golang.org/grpc,
