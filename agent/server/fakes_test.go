@@ -158,6 +158,9 @@ type fakeBackend struct {
 	total     int64
 	blockCh   chan struct{} // Create waits on it when set
 	enteredCh chan struct{} // Create signals here when set
+	// createCtxErrs are the errors of each Create's context once it was
+	// done waiting on blockCh.
+	createCtxErrs []error
 }
 
 func newFakeBackend(dir string) *fakeBackend {
@@ -190,6 +193,7 @@ func (b *fakeBackend) Create(ctx context.Context, id string, size int64) (*backe
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.createCtxErrs = append(b.createCtxErrs, ctx.Err())
 	if err := b.begin("create", id); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/fencing"
@@ -17,6 +18,16 @@ import (
 // so no change of an older token can run after a newer token was
 // accepted, even across the ABORTED check.
 //
+// Once admitted, act runs to its end even when the caller goes away: its
+// context keeps the caller's values but not its cancellation, and is
+// bounded by actTimeout instead. A caller's deadline killing lvcreate
+// half-way leaves a thin LV in LVM's metadata that its pool does not have
+// ("device-mapper: reload ioctl ... failed: No data available" on every
+// later activation), so a retried CreateVolume never succeeds; a real
+// cluster showed it when a slow storage node took longer than the CSI
+// provisioner's timeout. Retries meanwhile get ABORTED from the volume's
+// lock, and see the finished result once it is released.
+//
 // A refused token returns FAILED_PRECONDITION with a FencingRejection
 // detail and act never runs. act must return gRPC status errors.
 func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func(context.Context) error) error {
@@ -29,13 +40,20 @@ func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, p
 	admitted := false
 	err = s.marks.Do(ctx, id, kind, tok, func(ctx context.Context) error {
 		admitted = true
-		return act(ctx)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actTimeout)
+		defer cancel()
+		return act(actx)
 	})
 	if err != nil && !admitted {
 		return s.fenceError(ctx, op, id, pt, err)
 	}
 	return err
 }
+
+// actTimeout bounds an admitted operation once it no longer follows its
+// caller's context: a few backend commands (each bounded by
+// command.DefaultTimeout) and configfs writes, with room for a slow node.
+const actTimeout = 10 * time.Minute
 
 func tokenOf(pt *agentv1.FencingToken) fencing.Token {
 	if pt == nil {

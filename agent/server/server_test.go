@@ -22,6 +22,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/fencing"
 	"github.com/pillar-csi/pillar-csi/fencing/grpcstatus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 func TestCreateExportDeleteLifecycle(t *testing.T) {
@@ -490,6 +491,44 @@ func TestBusyVolumeIsAborted(t *testing.T) {
 	close(block)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCallerGoneCreateFinishes: a caller that gives up (the CSI
+// provisioner's timeout) must not cancel the backend's commands half-way;
+// the create finishes, and the retry finds the volume.
+func TestCallerGoneCreateFinishes(t *testing.T) {
+	h := newHarness(t)
+	block, entered := make(chan struct{}), make(chan struct{}, 1)
+	h.be.blockCh, h.be.enteredCh = block, entered
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok(uid1, 1), VolumeId: "pvc-gone", Store: lvmStore, CapacityBytes: 1 << 20})
+		done <- err
+	}()
+	<-entered
+	cancel()
+	wantCode(t, "the cancelled call", <-done, codes.Canceled)
+	// The server sees the cancellation asynchronously; give it the time
+	// to (wrongly) pass it on before the backend goes on.
+	time.Sleep(100 * time.Millisecond)
+	close(block)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := h.create("pvc-gone", tok(uid1, 1), 1<<20)
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			t.Fatalf("retry after the caller went away: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	h.be.mu.Lock()
+	defer h.be.mu.Unlock()
+	if len(h.be.createCtxErrs) == 0 || h.be.createCtxErrs[0] != nil {
+		t.Errorf("the backend's create ran with a done context after its caller went away: %v", h.be.createCtxErrs)
 	}
 }
 
