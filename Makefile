@@ -130,7 +130,7 @@ test-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd images ## Run the real
 	$(call build-binary,pillar-controller)
 	$(call build-binary,pillar-agent)
 	$(call build-binary,pillar-node)
-	$(BIN)/pillar-lab test -timeout $(KERNEL_VM_TIMEOUT) $(LABFLAGS) -- -test.timeout $(KERNEL_PKG_TIMEOUT)
+	$(BIN)/pillar-lab test -timeout $(KERNEL_VM_TIMEOUT) -package-timeout $(KERNEL_PKG_TIMEOUT) $(LABFLAGS)
 
 # The in-VM benchmarks, each against its baseline in the same run: configfs
 # Apply/Remove against a direct-syscall floor and a shell script; backend

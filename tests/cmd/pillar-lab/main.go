@@ -51,6 +51,8 @@ type options struct {
 	vm       kernelvm.VMConfig
 	keep     bool
 	explicit string
+	// packageTimeout is test's -package-timeout.
+	packageTimeout time.Duration
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -101,6 +103,7 @@ func main() {
 	case "test":
 		var run string
 		fs.StringVar(&run, "run", "", "only run tests matching this regexp (passed as -test.run)")
+		fs.DurationVar(&o.packageTimeout, "package-timeout", 0, "each test binary's -test.timeout (default 15m; a -test.timeout after -- wins)")
 		fs.Parse(args)
 		code = test(ctx, &o, fs.Args(), run)
 	case "-h", "-help", "--help", "help":
@@ -212,7 +215,7 @@ func test(ctx context.Context, o *options, args []string, runRE string) int {
 	if err != nil {
 		return fail(err)
 	}
-	rep, err := lab.RunTests(ctx, pkgs, kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs})
+	rep, err := lab.RunTests(ctx, pkgs, kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs, PackageTimeout: o.packageTimeout})
 	if rep != nil {
 		rep.Total = time.Since(start)
 		rep.WriteSummary(os.Stdout)
