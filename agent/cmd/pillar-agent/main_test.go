@@ -204,8 +204,10 @@ func TestServeAndSIGTERM(t *testing.T) {
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	err = a.cmd.Wait()
+	// All of stderr first: Wait closes the pipe once the process has
+	// exited, and would cut off the last lines still unread.
 	out := <-a.logs
+	err = a.cmd.Wait()
 	if err != nil {
 		t.Fatalf("after SIGTERM: %v, want exit 0; logs:\n%s", err, out)
 	}
