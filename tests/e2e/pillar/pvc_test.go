@@ -197,7 +197,17 @@ spec:
 
 	kubectl(t, c, "delete", "pod", "-n", ns, "writer", "--wait=true", "--timeout=3m")
 	apply(t, c, pod(ns, "reader", reader, volume, vc.block))
-	wait(t, c, ns, "pod/reader", "jsonpath={.status.phase}=Succeeded", 5*time.Minute)
+	// The reader exits: Failed ends the wait as well as Succeeded.
+	var phase string
+	poll(t, "the reader pod done", 5*time.Minute, 2*time.Second, func() (bool, string) {
+		out, err := c.Kubectl(ctx, nil, "get", "pod", "-n", ns, "reader", "-o", "jsonpath={.status.phase}")
+		phase = strings.TrimSpace(string(out))
+		return err == nil && (phase == "Succeeded" || phase == "Failed"), fmt.Sprintf("phase %q %v", phase, err)
+	})
+	if phase != "Succeeded" {
+		logKubectl(t, c, "logs", "-n", ns, "reader")
+		t.Fatalf("the reader pod %s", phase)
+	}
 	if got := podSum(t, c, ns, "reader"); got != sum {
 		t.Fatalf("a new pod reads sha256 %s, the writer wrote %s", got, sum)
 	}
@@ -230,23 +240,23 @@ spec:
 	t.Logf("PVC deleted: zvol/LV, nvmet subsystem, initiator controller and PillarVolumeState of %s are gone", volumeID)
 }
 
-// The pods' scripts. Each prints the checksum as one "sum=<hex>" line (dd's
-// statistics go to /dev/null). The writers then print what they see:
-// their /data mount ("mount=<dev> <dir> <type>") and, every 2 s, the size
+// The pods' scripts ($MIB is dataMiB). Each prints the checksum as one
+// "sum=<hex>" line (dd's statistics go to /dev/null). The writers then
+// print what they see: their /data mount ("mount=<dev> <dir> <type>") and, every 2 s, the size
 // of the volume ("size=<bytes>"), which the expansion check reads. The
 // pod reports these itself because `kubectl exec` in the lab's runtime
 // runs outside the container's root (it sees neither /data nor /dev/xvda).
 const (
-	writeFileScript = `set -e; dd if=/dev/urandom of=/data/blob bs=1M count=%[1]d 2>/dev/null; sync; set -- $(sha256sum /data/blob); echo "sum=$1"
+	writeFileScript = `set -e; dd if=/dev/urandom of=/data/blob bs=1M count=$MIB 2>/dev/null; sync; set -- $(sha256sum /data/blob); echo "sum=$1"
 while read -r dev dir fs rest; do if [ "$dir" = /data ]; then echo "mount=$dev $dir $fs"; fi; done < /proc/mounts
 while :; do df -k /data | while read -r fs kb rest; do if [ "$fs" != Filesystem ]; then echo "size=$((kb * 1024))"; fi; done; sleep 2; done`
 	readFileScript   = `set -e; set -- $(sha256sum /data/blob); echo "sum=$1"`
-	writeBlockScript = `set -e; dd if=/dev/urandom of=/tmp/blob bs=1M count=%[1]d 2>/dev/null; dd if=/tmp/blob of=/dev/xvda bs=1M conv=fsync 2>/dev/null; set -- $(sha256sum /tmp/blob); rm /tmp/blob; echo "sum=$1"
+	writeBlockScript = `set -e; dd if=/dev/urandom of=/tmp/blob bs=1M count=$MIB 2>/dev/null; dd if=/tmp/blob of=/dev/xvda bs=1M conv=fsync 2>/dev/null; set -- $(sha256sum /tmp/blob); rm /tmp/blob; echo "sum=$1"
 while :; do echo "size=$(busybox blockdev --getsize64 /dev/xvda)"; sleep 2; done`
-	readBlockScript = `set -e; set -- $(dd if=/dev/xvda bs=1M count=%[1]d 2>/dev/null | sha256sum); echo "sum=$1"`
+	readBlockScript = `set -e; set -- $(dd if=/dev/xvda bs=1M count=$MIB 2>/dev/null | sha256sum); echo "sum=$1"`
 )
 
-// pod renders a pod of podImage that runs script (with dataMiB for %[1]d)
+// pod renders a pod of podImage that runs script (with dataMiB for $MIB)
 // with the volume vol at /data, or as the block device /dev/xvda. Pods
 // that exit do not restart, so a failed check stays visible.
 func pod(ns, name, script, vol string, block bool) string {
@@ -269,7 +279,7 @@ spec:
   volumes:
   - name: data
     %s
-`, name, ns, podImage, fmt.Sprintf(script, dataMiB), attach, vol)
+`, name, ns, podImage, strings.ReplaceAll(script, "$MIB", strconv.Itoa(dataMiB)), attach, vol)
 }
 
 // podSum waits for the "sum=" line in a pod's log and returns the hex.
