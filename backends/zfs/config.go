@@ -147,6 +147,8 @@ func New(c Config) (*Backend, error) {
 		return nil, &backends.Error{Op: "configure", Store: c.Pool, Err: fmt.Errorf("%w: %w", backends.ErrInvalidArgument, err)}
 	}
 	b := &Backend{
+		busyRetries:   5,
+		busyDelay:     time.Second,
 		pool:          c.Pool,
 		parent:        c.Pool,
 		sparse:        c.Sparse,

@@ -17,12 +17,16 @@ import (
 // Backend is a ZFS store. It is safe for concurrent use; see the package
 // backends documentation for the contract.
 type Backend struct {
-	pool          string
-	parent        string // the dataset holding the zvols: pool or pool/parent
-	sparse        bool
-	volBlockSize  int64
-	createOpts    []string // -o arguments of zfs create, without the owner
-	ratio         float64
+	pool         string
+	parent       string // the dataset holding the zvols: pool or pool/parent
+	sparse       bool
+	volBlockSize int64
+	createOpts   []string // -o arguments of zfs create, without the owner
+	ratio        float64
+	// busyRetries and busyDelay: how often, and how far apart, Delete
+	// repeats a destroy that found the zvol busy.
+	busyRetries   int
+	busyDelay     time.Duration
 	run           command.Runner
 	deviceTimeout time.Duration
 	findZvol      func(dataset string) (string, error)
@@ -206,6 +210,18 @@ func (b *Backend) delete(ctx context.Context, id string) error {
 		return err
 	}
 	_, err = b.zfs(ctx, "destroy", z.name)
+	// A zvol is briefly held open by the kernel right after it was
+	// created or resized (its minor is set up or revalidated
+	// asynchronously), and destroy then says "dataset is busy": a delete
+	// that follows at once would fail although nobody uses the volume.
+	for i := 0; i < b.busyRetries && errs.StderrContains(err, "dataset is busy"); i++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(b.busyDelay):
+		}
+		_, err = b.zfs(ctx, "destroy", z.name)
+	}
 	switch {
 	case err == nil, errs.StderrContains(err, "dataset does not exist"):
 		return nil

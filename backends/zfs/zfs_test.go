@@ -3,7 +3,9 @@ package zfs_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
@@ -40,7 +42,28 @@ func newBackend(sparse bool) replaytest.NewBackend {
 			}
 			return "/dev/zd0", nil
 		})
+		zfs.SetBusyRetry(b, 0, 0)
 		return b
+	}
+}
+
+// TestDeleteRetriesBusy: a destroy that finds the zvol busy (the kernel
+// holds a new or resized zvol open for a moment) is repeated, and the
+// delete succeeds once the zvol is free.
+func TestDeleteRetriesBusy(t *testing.T) {
+	dir := filepath.Join("testdata", "zfs-sparse")
+	steps := commandtest.Captures(t, filepath.Join(dir, "delete-busy"))
+	ok := commandtest.Captures(t, filepath.Join(dir, "delete"))
+	// get, busy destroy, then the successful destroy.
+	steps = append(steps, ok[len(ok)-1])
+	r := commandtest.New(t, steps...)
+	b, err := zfs.New(zfs.Config{Pool: "tank", ParentDataset: parent, Sparse: true, Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zfs.SetBusyRetry(b, 3, time.Millisecond)
+	if err := b.Delete(context.Background(), id); err != nil {
+		t.Fatalf("Delete after one busy destroy: %v", err)
 	}
 }
 
