@@ -218,7 +218,11 @@ spec:
 	// DeleteVolume, everything the driver made for it.
 	t3 := time.Now()
 	kubectl(t, c, "delete", "pvc", "-n", ns, "data", "--wait=true", "--timeout=3m")
-	wait(t, c, "", "pv/"+pv, "delete", 5*time.Minute)
+	// Deletion waits for the detach, which goes through csi-attacher's
+	// ControllerUnpublish; in a guest whose sidecars restart under load
+	// (the attacher exits when its 1-second capability check times out,
+	// every sidecar when it loses its lease) that took 7 minutes once.
+	wait(t, c, "", "pv/"+pv, "delete", 12*time.Minute)
 	record(t, vc.name+": PVC deleted → PV gone", time.Since(t3))
 	poll(t, "PillarVolumeState "+volumeID+" gone", 2*time.Minute, 2*time.Second, func() (bool, string) {
 		out, err := c.Kubectl(ctx, nil, "get", "pillarvolumestate", volumeID, "--ignore-not-found", "-o", "name")
