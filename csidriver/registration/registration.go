@@ -17,6 +17,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/pillar-csi/pillar-csi/csidriver/driver"
+	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
 // Defaults of Config.
@@ -42,9 +43,6 @@ const maxSocketPath = 107
 
 // Timeouts of the socket's own work.
 const (
-	// liveProbe bounds the connect that tells a live socket from a stale
-	// one; a stale socket refuses at once.
-	liveProbe = time.Second
 	// stopGrace bounds the wait for kubelet's calls in flight when a
 	// socket is closed; they take milliseconds.
 	stopGrace = 2 * time.Second
@@ -265,10 +263,10 @@ func idOf(fi os.FileInfo) (fileID, bool) {
 // under the temporary dot name, mode 0600 (kubelet runs as root), renamed
 // into place, so kubelet never sees it half made.
 func (r *Registrar) listen() (*socket, error) {
-	if err := removeStale(r.path, true); err != nil {
+	if err := server.RemoveStaleSocket(r.path); err != nil {
 		return nil, err
 	}
-	if err := removeStale(r.tmp, false); err != nil {
+	if err := server.RemoveStaleSocket(r.tmp); err != nil {
 		return nil, err
 	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.tmp, Net: "unix"})
@@ -348,33 +346,6 @@ func (s *socket) close(unlink bool) {
 	if unlink && s.fileProblem() == "" {
 		os.Remove(s.path)
 	}
-}
-
-// removeStale removes a socket a crashed instance left at p. It refuses
-// to remove a file that is not a socket, and, when checkLive, a socket
-// another process still answers on (a second pillar-node on the node must
-// not take kubelet's registration from the first).
-func removeStale(p string, checkLive bool) error {
-	fi, err := os.Lstat(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if fi.Mode()&os.ModeSocket == 0 {
-		return fmt.Errorf("%s exists and is not a socket; not removing it", p)
-	}
-	if checkLive {
-		if c, err := net.DialTimeout("unix", p, liveProbe); err == nil {
-			c.Close()
-			return fmt.Errorf("another process is serving on %s", p)
-		}
-	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove stale socket: %w", err)
-	}
-	return nil
 }
 
 // service is the Registration service of one socket incarnation: kubelet's

@@ -46,7 +46,7 @@ func Listen(endpoint string) (net.Listener, error) {
 		if p == "" || !strings.HasPrefix(p, "/") {
 			return nil, fmt.Errorf("endpoint %q: want unix:///absolute/path", endpoint)
 		}
-		if err := removeStaleSocket(p); err != nil {
+		if err := RemoveStaleSocket(p); err != nil {
 			return nil, fmt.Errorf("endpoint %q: %w", endpoint, err)
 		}
 		return net.Listen("unix", p)
@@ -56,11 +56,13 @@ func Listen(endpoint string) (net.Listener, error) {
 	return nil, fmt.Errorf("endpoint %q: scheme must be unix or tcp", endpoint)
 }
 
-// removeStaleSocket removes the socket a crashed plugin left at p. It
+// RemoveStaleSocket removes the unix socket a crashed process left at p,
+// so that a new listener can bind there; a missing p is not an error. It
 // refuses to remove anything else: a file that is not a socket, or a
 // socket another process still serves on (a second pillar-node started by
-// mistake must not take the endpoint from the one kubelet talks to).
-func removeStaleSocket(p string) error {
+// mistake must not take the endpoint, or kubelet's registration, from the
+// one kubelet talks to).
+func RemoveStaleSocket(p string) error {
 	fi, err := os.Lstat(p)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
