@@ -4,7 +4,6 @@ package cluster_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,7 +25,7 @@ func TestMain(m *testing.M) {
 	// Outside the guest, the tests fail through RequireGuest (never skip),
 	// so there is nothing to start.
 	if guest.InLab() {
-		root, err := repoRoot()
+		root, err := cluster.RepoRoot()
 		if err == nil {
 			lab.c, lab.err = cluster.Start(context.Background(), cluster.Options{
 				BinDir:   filepath.Join(root, "bin"),
@@ -64,21 +63,4 @@ func setup(t *testing.T) *cluster.Cluster {
 		t.Fatal("the lab cluster did not start")
 	}
 	return lab.c
-}
-
-// repoRoot is the directory of go.work above the working directory (the
-// package directory, where the lab runs each test binary).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", errors.New("no go.work above " + dir + ": run the suite from the repository")
-		}
-	}
 }

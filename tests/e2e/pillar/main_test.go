@@ -4,7 +4,6 @@ package pillar_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,7 +45,7 @@ func TestMain(m *testing.M) {
 	// Outside the guest, the tests fail through RequireGuest (never skip),
 	// so there is nothing to start.
 	if guest.InLab() {
-		lab.root, lab.err = repoRoot()
+		lab.root, lab.err = cluster.RepoRoot()
 		if lab.err == nil {
 			t0 := time.Now()
 			lab.c, lab.err = cluster.Start(context.Background(), cluster.Options{
@@ -222,21 +221,4 @@ func (s *storage) close(log io.Writer) {
 		}
 	}
 	report(os.RemoveAll(s.dir))
-}
-
-// repoRoot is the directory of go.work above the working directory (the
-// package directory, where the lab runs each test binary).
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", errors.New("no go.work above " + dir + ": run the suite from the repository")
-		}
-	}
 }
