@@ -5,27 +5,15 @@ package pillar_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
-	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
+	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
-)
-
-// The names deploy/examples uses: the suite applies those files as a user
-// would, with only the agent's name and the bind address filled in.
-const (
-	zpoolName = "tank"
-	vgName    = "vg0"
-	thinPool  = "thin0"
-	namespace = "pillar-csi"
-	release   = "pillar-csi"
 )
 
 // lab is the run's one cluster, its storage, and the install of the
@@ -34,7 +22,7 @@ const (
 var lab struct {
 	root    string
 	c       *cluster.Cluster
-	storage *storage
+	storage *deploy.Storage
 	err     error
 
 	installOnce sync.Once
@@ -59,14 +47,14 @@ func TestMain(m *testing.M) {
 			}
 		}
 		if lab.err == nil {
-			lab.storage, lab.err = newStorage(context.Background(), os.Stdout)
+			lab.storage, lab.err = deploy.NewStorage(context.Background(), os.Stdout)
 		}
 	}
 	code := m.Run()
 	fmt.Fprintf(os.Stdout, "pillar-e2e: figures:\n%s", summary())
 	if lab.c != nil {
 		if code != 0 {
-			diagnose(os.Stdout, lab.c)
+			deploy.Diagnose(os.Stdout, lab.c)
 			lab.c.Dump(os.Stdout)
 		}
 		fmt.Fprintf(os.Stdout, "pillar-e2e: guest memory in use at the end: %d MiB\n", cluster.MemUsedMiB())
@@ -82,7 +70,7 @@ func TestMain(m *testing.M) {
 		// What the driver left behind keeps the pool or the VG busy; the
 		// tests that delete volumes already check that nothing is left,
 		// so this only reports.
-		lab.storage.close(os.Stdout)
+		lab.storage.Close(os.Stdout)
 	}
 	os.Exit(code)
 }
@@ -105,7 +93,7 @@ func setup(t *testing.T) *cluster.Cluster {
 // minutes in a busy guest.
 func installOnce(c *cluster.Cluster) {
 	lab.installOnce.Do(func() {
-		lab.installErr = install(context.Background(), c, os.Stdout)
+		lab.installErr = deploy.Install(context.Background(), c, lab.root, os.Stdout)
 	})
 }
 
@@ -121,104 +109,4 @@ func clusterOnly(t *testing.T) *cluster.Cluster {
 		t.Fatal("the lab cluster did not start")
 	}
 	return lab.c
-}
-
-// storage is the storage node's pools: a zpool and a volume group with a
-// thin pool, each on a loop device over a sparse file in the guest's
-// tmpfs (ZFS cannot open a tmpfs file as a vdev; a loop device it can).
-type storage struct {
-	dir      string
-	zfsLoop  string
-	lvmLoop  string
-	complete bool
-}
-
-const (
-	zpoolFileSize = 1 << 30
-	vgFileSize    = 1 << 30
-	// thinPoolSize leaves room in vg0 for the thin pool's metadata and
-	// for LVM's resize of it.
-	thinPoolSize = "768m"
-)
-
-func newStorage(ctx context.Context, log io.Writer) (*storage, error) {
-	dir, err := os.MkdirTemp("", "pillar-e2e-storage-")
-	if err != nil {
-		return nil, fmt.Errorf("storage: %w", err)
-	}
-	s := &storage{dir: dir}
-	fail := func(err error) (*storage, error) {
-		s.close(log)
-		return nil, fmt.Errorf("storage: %w", err)
-	}
-	if s.zfsLoop, err = loopDevice(ctx, filepath.Join(dir, "zfs.img"), zpoolFileSize); err != nil {
-		return fail(err)
-	}
-	if _, err := fixture.Command(ctx, "create zpool", "zpool", "create", "-f", "-o", "cachefile=none",
-		"-O", "mountpoint=none", zpoolName, s.zfsLoop); err != nil {
-		return fail(err)
-	}
-	if s.lvmLoop, err = loopDevice(ctx, filepath.Join(dir, "lvm.img"), vgFileSize); err != nil {
-		return fail(err)
-	}
-	for _, args := range [][]string{
-		{"pvcreate", "--yes", s.lvmLoop},
-		{"vgcreate", "--yes", vgName, s.lvmLoop},
-		{"lvcreate", "--yes", "--type", "thin-pool", "--size", thinPoolSize, "--name", thinPool, vgName},
-	} {
-		if _, err := fixture.LVM(ctx, args[0], args[1:]...); err != nil {
-			return fail(err)
-		}
-	}
-	s.complete = true
-	fmt.Fprintf(log, "pillar-e2e: storage: zpool %s on %s, VG %s (thin pool %s) on %s; guest uptime %.1fs, %d MiB used\n",
-		zpoolName, s.zfsLoop, vgName, thinPool, s.lvmLoop, cluster.Uptime().Seconds(), cluster.MemUsedMiB())
-	return s, nil
-}
-
-func loopDevice(ctx context.Context, file string, size int64) (string, error) {
-	f, err := os.Create(file)
-	if err != nil {
-		return "", err
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return "", err
-	}
-	if err := f.Close(); err != nil {
-		return "", err
-	}
-	out, err := fixture.Command(ctx, "attach loop device", "losetup", "--find", "--show", file)
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimSpace(out), nil
-}
-
-// close destroys the pools and detaches the loop devices, reporting (not
-// failing on) what it could not undo.
-func (s *storage) close(log io.Writer) {
-	ctx := context.Background()
-	report := func(err error) {
-		if err != nil {
-			fmt.Fprintf(log, "pillar-e2e: storage teardown: %v\n", err)
-		}
-	}
-	if s.zfsLoop != "" {
-		_, err := fixture.Command(ctx, "destroy zpool", "zpool", "destroy", "-f", zpoolName)
-		report(err)
-	}
-	if s.lvmLoop != "" {
-		_, err := fixture.LVM(ctx, "vgremove", "--yes", "--force", vgName)
-		report(err)
-		_, err = fixture.LVM(ctx, "pvremove", "--yes", s.lvmLoop)
-		report(err)
-	}
-	for _, d := range []string{s.zfsLoop, s.lvmLoop} {
-		if d != "" {
-			_, err := fixture.Command(ctx, "detach loop device", "losetup", "-d", d)
-			report(err)
-		}
-	}
-	report(os.RemoveAll(s.dir))
 }

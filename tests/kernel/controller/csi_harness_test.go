@@ -37,8 +37,6 @@ const (
 	// guest runs zfs or lvcreate and a dozen configfs writes, a
 	// NodeStageVolume a connect and a mkfs, each under TCG.
 	csiTimeout = 3 * time.Minute
-	// nvmetRoot is the kernel's nvmet configfs tree.
-	nvmetRoot = "/sys/kernel/config/nvmet"
 	// zfsParent is the parent dataset of every ZFS store of these tests.
 	zfsParent = "pillar"
 	// lvmTagPrefix is the tag pillar-agent's LVM backend puts on each LV
@@ -515,7 +513,7 @@ func (v *volume) delete() {
 	if ids := v.st.backendVolumes(t); slices.Contains(ids, v.id) {
 		t.Errorf("after DeleteVolume the %s backend still has volume %s (%v)", v.st.kind, v.id, ids)
 	}
-	if _, err := os.Stat(filepath.Join(nvmetRoot, "subsystems", v.nqn)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(fixture.NVMetRoot, "subsystems", v.nqn)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("after DeleteVolume the nvmet subsystem %s is still there (%v)", v.nqn, err)
 	}
 	eventually(t, "PillarVolumeState "+v.id+" to be gone", statusTimeout, func() (bool, string) {
@@ -531,7 +529,7 @@ func (v *volume) delete() {
 
 // allowed reports whether hostNQN is on the subsystem's access list.
 func allowed(nqn, hostNQN string) bool {
-	_, err := os.Lstat(filepath.Join(nvmetRoot, "subsystems", nqn, "allowed_hosts", hostNQN))
+	_, err := os.Lstat(filepath.Join(fixture.NVMetRoot, "subsystems", nqn, "allowed_hosts", hostNQN))
 	return err == nil
 }
 
@@ -545,7 +543,7 @@ func readAttr(path string) string {
 
 // describeSubsystem is what configfs shows of a subsystem, for logs.
 func describeSubsystem(nqn string) string {
-	dir := filepath.Join(nvmetRoot, "subsystems", nqn)
+	dir := filepath.Join(fixture.NVMetRoot, "subsystems", nqn)
 	if _, err := os.Stat(dir); err != nil {
 		return err.Error()
 	}
@@ -553,7 +551,7 @@ func describeSubsystem(nqn string) string {
 	for i := range hosts {
 		hosts[i] = filepath.Base(hosts[i])
 	}
-	links, _ := filepath.Glob(filepath.Join(nvmetRoot, "ports", "*", "subsystems", nqn))
+	links, _ := filepath.Glob(filepath.Join(fixture.NVMetRoot, "ports", "*", "subsystems", nqn))
 	var ports []string
 	for _, l := range links {
 		p := filepath.Dir(filepath.Dir(l))

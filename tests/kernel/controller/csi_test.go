@@ -72,7 +72,7 @@ func lifecycle(t *testing.T, s *stack, st *store, a, b *worker) {
 	if n := st.backendSize(t, id); n < volumeSize {
 		t.Errorf("backend volume %s has %d bytes, want at least %d", id, n, volumeSize)
 	}
-	if attr := readAttr(filepath.Join(nvmetRoot, "subsystems", v.nqn, "attr_allow_any_host")); attr != "0" {
+	if attr := readAttr(filepath.Join(fixture.NVMetRoot, "subsystems", v.nqn, "attr_allow_any_host")); attr != "0" {
 		t.Errorf("subsystem %s attr_allow_any_host = %s, want 0 (aclEnabled)", v.nqn, attr)
 	}
 	sw.step("CreateVolume %s (%d MiB, %s)", id, volumeSize/mib, st.kind)

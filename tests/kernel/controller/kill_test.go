@@ -116,7 +116,7 @@ func TestCSIControllerKilledMidCall(t *testing.T) {
 			_, err := s.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
 			return err
 		})
-		if _, err := os.Stat(filepath.Join(nvmetRoot, "subsystems", v.nqn)); err == nil {
+		if _, err := os.Stat(filepath.Join(fixture.NVMetRoot, "subsystems", v.nqn)); err == nil {
 			t.Logf("the subsystem is still there after the kill: %s", describeSubsystem(v.nqn))
 		}
 		s.retry(t, "DeleteVolume "+id, func(ctx context.Context) error {
@@ -127,7 +127,7 @@ func TestCSIControllerKilledMidCall(t *testing.T) {
 		if ids := st.backendVolumes(t); len(ids) != 0 {
 			t.Errorf("after the retried DeleteVolume the ZFS store still has volumes %v", ids)
 		}
-		if _, err := os.Stat(filepath.Join(nvmetRoot, "subsystems", v.nqn)); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(fixture.NVMetRoot, "subsystems", v.nqn)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after the retried DeleteVolume the subsystem %s is still there (%v)", v.nqn, err)
 		}
 		if _, err := v.state(t); !apierrors.IsNotFound(err) {

@@ -5,14 +5,12 @@ package controller
 import (
 	"bytes"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,7 +62,7 @@ func TestCSIStorageNodeReboot(t *testing.T) {
 	identity := exportIdentity(v.nqn)
 
 	s.agent.kill()
-	wipeExport(t, v.nqn)
+	fixture.WipeExport(t, v.nqn)
 	sw.step("SIGKILL pillar-agent, wipe the export from configfs")
 	left := time.Now()
 	eventually(t, "A's controller to notice the target is gone", time.Minute, func() (bool, string) {
@@ -138,7 +136,7 @@ func TestCSIAgentKilledMidCreate(t *testing.T) {
 	}{
 		{"zvol", "the zvol shows in zfs list", func(t *testing.T, id, _ string) bool { return slices.Contains(st.backendVolumes(t), id) }, 20 * time.Millisecond},
 		{"subsystem", "the subsystem appears in configfs", func(_ *testing.T, _, nqn string) bool {
-			_, err := os.Stat(filepath.Join(nvmetRoot, "subsystems", nqn))
+			_, err := os.Stat(filepath.Join(fixture.NVMetRoot, "subsystems", nqn))
 			return err == nil
 		}, 2 * time.Millisecond},
 	} {
@@ -247,58 +245,6 @@ func killedMidCreate(t *testing.T, s *stack, st *store, what string, seen func(i
 	sw.summary("agent killed mid-CreateVolume when " + what)
 }
 
-// wipeExport removes one volume's export from configfs with plain
-// syscalls, in the order nvmet requires, as the loss of configfs at a
-// reboot does: the port↔subsystem links (and a port left without
-// subsystems), the allowed_hosts links, the namespaces (disabled first),
-// the subsystem, and the host entries it referenced.
-func wipeExport(t *testing.T, nqn string) {
-	t.Helper()
-	sub := filepath.Join(nvmetRoot, "subsystems", nqn)
-	glob := func(p string) []string {
-		m, err := filepath.Glob(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	must := func(what string, err error) {
-		if err != nil {
-			t.Fatalf("wipe %s: %v", what, err)
-		}
-	}
-	links := glob(filepath.Join(nvmetRoot, "ports", "*", "subsystems", nqn))
-	if len(links) == 0 {
-		t.Fatalf("wipe: subsystem %s is linked to no port", nqn)
-	}
-	for _, l := range links {
-		must(l, os.Remove(l))
-		port := filepath.Dir(filepath.Dir(l))
-		if len(glob(filepath.Join(port, "subsystems", "*"))) == 0 {
-			must(port, syscall.Rmdir(port))
-		}
-	}
-	var hosts []string
-	for _, h := range glob(filepath.Join(sub, "allowed_hosts", "*")) {
-		must(h, os.Remove(h))
-		hosts = append(hosts, filepath.Base(h))
-	}
-	for _, ns := range glob(filepath.Join(sub, "namespaces", "*")) {
-		must(ns+"/enable", os.WriteFile(filepath.Join(ns, "enable"), []byte("0\n"), 0o644))
-		must(ns, syscall.Rmdir(ns))
-	}
-	must(sub, syscall.Rmdir(sub))
-	for _, h := range hosts {
-		// Another subsystem may still allow the host.
-		if err := syscall.Rmdir(filepath.Join(nvmetRoot, "hosts", h)); err != nil && !errors.Is(err, syscall.EBUSY) && !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("wipe host %s: %v", h, err)
-		}
-	}
-	if _, err := os.Stat(sub); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("subsystem %s still there after the wipe (%v)", nqn, err)
-	}
-}
-
 // recovery is what watchRecovery saw, measured from the agent's restart.
 type recovery struct {
 	exported time.Duration // the export back in configfs, A allowed
@@ -352,7 +298,7 @@ func exportRestored(nqn, hostNQN string, port int) bool {
 // the volume's derived UUID, enabled and is linked to the nvmet port on
 // 127.0.0.1:port.
 func exportWhole(nqn string, port int) bool {
-	ns := filepath.Join(nvmetRoot, "subsystems", nqn, "namespaces", "1")
+	ns := filepath.Join(fixture.NVMetRoot, "subsystems", nqn, "namespaces", "1")
 	id, ok := export.VolumeIDFromNQN(nqn)
 	if !ok {
 		return false
@@ -362,7 +308,7 @@ func exportWhole(nqn string, port int) bool {
 		readAttr(filepath.Join(ns, "device_nguid")) != ident.NGUID {
 		return false
 	}
-	links, _ := filepath.Glob(filepath.Join(nvmetRoot, "ports", "*", "subsystems", nqn))
+	links, _ := filepath.Glob(filepath.Join(fixture.NVMetRoot, "ports", "*", "subsystems", nqn))
 	for _, l := range links {
 		p := filepath.Dir(filepath.Dir(l))
 		if readAttr(filepath.Join(p, "addr_trsvcid")) == strconv.Itoa(port) && readAttr(filepath.Join(p, "addr_traddr")) == "127.0.0.1" {
@@ -375,7 +321,7 @@ func exportWhole(nqn string, port int) bool {
 // exportIdentity is what the initiator identifies an export by: the
 // subsystem's serial and model, the namespace's UUID and NGUID.
 func exportIdentity(nqn string) string {
-	sub := filepath.Join(nvmetRoot, "subsystems", nqn)
+	sub := filepath.Join(fixture.NVMetRoot, "subsystems", nqn)
 	ns := filepath.Join(sub, "namespaces", "1")
 	return fmt.Sprintf("serial=%s model=%s uuid=%s nguid=%s", readAttr(filepath.Join(sub, "attr_serial")), readAttr(filepath.Join(sub, "attr_model")),
 		readAttr(filepath.Join(ns, "device_uuid")), readAttr(filepath.Join(ns, "device_nguid")))
