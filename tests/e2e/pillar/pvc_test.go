@@ -16,6 +16,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
+	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
 
@@ -69,12 +70,12 @@ type volumeCase struct {
 }
 
 func zvolExists(ctx context.Context, id string) (bool, error) {
-	out, err := fixture.Command(ctx, "list zvols", "zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", zpoolName)
+	out, err := fixture.Command(ctx, "list zvols", "zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", deploy.ZPool)
 	return strings.Contains(out, id), err
 }
 
 func lvExists(ctx context.Context, id string) (bool, error) {
-	out, err := fixture.LVM(ctx, "lvs", "--noheadings", "-o", "lv_name", vgName)
+	out, err := fixture.LVM(ctx, "lvs", "--noheadings", "-o", "lv_name", deploy.VG)
 	return strings.Contains(out, id), err
 }
 
@@ -105,15 +106,7 @@ func testVolume(t *testing.T, c *cluster.Cluster, vc volumeCase) {
 		mode = "Block"
 	}
 	t0 := time.Now()
-	apply(t, c, fmt.Sprintf(`apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {name: data, namespace: %s}
-spec:
-  storageClassName: %s
-  volumeMode: %s
-  accessModes: [%s]
-  resources: {requests: {storage: %s}}
-`, ns, vc.class, mode, vc.accessMode, vc.size))
+	apply(t, c, claim(ns, "data", vc.class, mode, vc.accessMode, vc.size))
 	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
 	record(t, vc.name+": PVC Bound", time.Since(t0))
 	logKubectl(t, c, "describe", "pvc", "-n", ns, "data")
@@ -125,7 +118,7 @@ spec:
 	if err != nil {
 		t.Fatalf("volume handle %q: %v", volumeID, err)
 	}
-	subsys := filepath.Join("/sys/kernel/config/nvmet/subsystems", id.SubsystemNQN)
+	subsys := filepath.Join(fixture.NVMetRoot, "subsystems", id.SubsystemNQN)
 	if ok, err := vc.backend(ctx, volumeID); err != nil || !ok {
 		t.Fatalf("the backend volume of %s is not on the storage node (%v)", volumeID, err)
 	}
@@ -214,21 +207,36 @@ spec:
 	t.Logf("a new pod read the same %d MiB back (sha256 %s)", dataMiB, sum)
 	kubectl(t, c, "delete", "pod", "-n", ns, "reader", "--wait=true", "--timeout=3m")
 
-	// Delete: the claim, then (reclaimPolicy Delete) the PV and, through
-	// DeleteVolume, everything the driver made for it.
-	t3 := time.Now()
+	deleteClaim(t, c, ns, pv, volumeID, vc.backend, vc.name)
+}
+
+// deleteClaim deletes the claim "data" of ns and waits until, through the
+// PV's reclaimPolicy Delete and DeleteVolume, everything the driver made
+// for it is gone: the PV, the PillarVolumeState, the backend volume
+// (backend says whether it exists), the nvmet subsystem, the initiator's
+// controller and the VolumeAttachment. The time to the PV's deletion is
+// recorded under the name what.
+func deleteClaim(t *testing.T, c *cluster.Cluster, ns, pv, volumeID string, backend func(context.Context, string) (bool, error), what string) {
+	t.Helper()
+	ctx := context.Background()
+	id, err := export.For(volumeID)
+	if err != nil {
+		t.Fatalf("volume handle %q: %v", volumeID, err)
+	}
+	subsys := filepath.Join(fixture.NVMetRoot, "subsystems", id.SubsystemNQN)
+	t0 := time.Now()
 	kubectl(t, c, "delete", "pvc", "-n", ns, "data", "--wait=true", "--timeout=3m")
 	// Deletion waits for the detach, which goes through csi-attacher's
 	// ControllerUnpublish; in a guest whose sidecars restart under load
 	// (the attacher exits when its 1-second capability check times out,
 	// every sidecar when it loses its lease) that took 7 minutes once.
 	wait(t, c, "", "pv/"+pv, "delete", 12*time.Minute)
-	record(t, vc.name+": PVC deleted → PV gone", time.Since(t3))
+	record(t, what+": PVC deleted → PV gone", time.Since(t0))
 	poll(t, "PillarVolumeState "+volumeID+" gone", 2*time.Minute, 2*time.Second, func() (bool, string) {
 		out, err := c.Kubectl(ctx, nil, "get", "pillarvolumestate", volumeID, "--ignore-not-found", "-o", "name")
 		return err == nil && strings.TrimSpace(string(out)) == "", fmt.Sprintf("%s %v", out, err)
 	})
-	if ok, err := vc.backend(ctx, volumeID); err != nil || ok {
+	if ok, err := backend(ctx, volumeID); err != nil || ok {
 		t.Errorf("the backend volume of %s is still on the storage node (%v)", volumeID, err)
 	}
 	if _, err := os.Stat(subsys); !os.IsNotExist(err) {
