@@ -70,8 +70,13 @@ type volumeCase struct {
 }
 
 func zvolExists(ctx context.Context, id string) (bool, error) {
-	out, err := fixture.Command(ctx, "list zvols", "zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", deploy.ZPool)
+	out, err := zvolList(ctx)
 	return strings.Contains(out, id), err
+}
+
+// zvolList is every zvol of the pool, one name a line.
+func zvolList(ctx context.Context) (string, error) {
+	return fixture.Command(ctx, "list zvols", "zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", deploy.ZPool)
 }
 
 func lvExists(ctx context.Context, id string) (bool, error) {
