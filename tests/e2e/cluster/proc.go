@@ -104,8 +104,12 @@ func (d *daemon) exited() (bool, error) {
 	}
 }
 
+// errKilled is stop's error for a daemon that needed SIGKILL.
+var errKilled = errors.New("killed: it did not exit on SIGTERM in time")
+
 // stop sends SIGTERM to the daemon's process group and SIGKILL after
-// grace. Stopping a daemon that has exited is a no-op.
+// grace (the error then wraps errKilled). Stopping a daemon that has
+// exited is a no-op.
 func (d *daemon) stop(grace time.Duration) error {
 	if ok, _ := d.exited(); ok {
 		return nil
@@ -122,7 +126,7 @@ func (d *daemon) stop(grace time.Duration) error {
 	syscall.Kill(-pgid, syscall.SIGKILL)
 	select {
 	case <-d.done:
-		return fmt.Errorf("stop %s: killed after %v without exiting on SIGTERM", d.name, grace)
+		return fmt.Errorf("stop %s: %w (%v)", d.name, errKilled, grace)
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("stop %s: still running after SIGKILL", d.name)
 	}
