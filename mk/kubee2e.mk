@@ -1,0 +1,22 @@
+# The Kubernetes storage end-to-end suite for external CSI drivers
+# (bin/e2e.test), built from the k8s.io/kubernetes release that
+# tests/tools/kubee2e pins. TestExternalStorage (tests/e2e/pillar) runs it
+# in the lab cluster with the driver file
+# tests/e2e/pillar/testdata/external-driver.yaml.
+
+KUBEE2E_DIR := $(TOOLS_DIR)/kubee2e
+KUBEE2E_SRC := $(KUBEE2E_DIR)/go.mod $(KUBEE2E_DIR)/go.sum $(KUBEE2E_DIR)/e2e_test.go
+KUBEE2E_K8S_VERSION = $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit } $$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3; exit }' $(KUBEE2E_DIR)/go.mod)
+
+.PHONY: e2e-test-binary
+e2e-test-binary: $(BIN)/e2e.test ## Build the Kubernetes external-storage e2e suite (bin/e2e.test) from the Go module proxy
+
+# Stamped like kube-apiserver, with the version this module pins: the
+# framework logs it, and specs that compare client and server versions
+# cannot parse v0.0.0-master. As for the other tools, rebuilt only when
+# the module changes (`touch`: go leaves an up-to-date binary untouched).
+# A cold build takes about ten minutes and 2.8 GB of build cache.
+$(BIN)/e2e.test: $(KUBEE2E_SRC)
+	@echo ">> building e2e.test (k8s.io/kubernetes $(KUBEE2E_K8S_VERSION))"
+	cd $(KUBEE2E_DIR) && GOWORK=off go test -c -trimpath -ldflags '-s -w $(call version-ldflags,$(KUBEE2E_K8S_VERSION))' -o $@ .
+	@touch $@
