@@ -1,0 +1,407 @@
+//go:build kernel
+
+package pillar_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
+)
+
+// externalCISpecs is the subset of the Kubernetes external-storage suite
+// that TestExternalStorage runs by default (make e2e-ci): one spec for
+// each thing pillar-csi claims in its driver file, chosen to fit in about
+// ten minutes of a TCG guest. Each entry is the rest of a spec's full text
+// after "External Storage [Driver: pillar-csi.io] ", matched literally and
+// to the end (the tags such as [Slow] are part of the text).
+// `bin/e2e.test -storage.testdriver=... -ginkgo.dry-run -ginkgo.v
+// -ginkgo.focus=External.Storage` lists the whole set (make e2e-full
+// runs it).
+var externalCISpecs = []string{
+	// Provisioning from the generated StorageClass, a filesystem that
+	// keeps what one pod wrote for the next (persistence).
+	"[Testpattern: Dynamic PV (default fs)] volumes should store data",
+	// A program written to the volume runs from it (exec).
+	"[Testpattern: Dynamic PV (default fs)] volumes should allow exec of files on the volume",
+	// xfs, at the 300 MiB minimum the driver file states for it.
+	"[Testpattern: Dynamic PV (xfs)] volumes should store data [Slow]",
+	// volumeMode: Block, the same data check on the raw device.
+	"[Testpattern: Dynamic PV (block volmode)] volumes should store data",
+	// Expansion of a detached volume, then of one in use by a pod.
+	"[Testpattern: Dynamic PV (default fs)(allowExpansion)] volume-expand Verify if offline PVC expansion works",
+	"[Testpattern: Dynamic PV (default fs)(allowExpansion)] volume-expand should resize volume when PVC is edited while pod is using it",
+	// ReadWriteOncePod: a second pod on the same node is kept out.
+	"[Testpattern: Dynamic PV (default fs)] read-write-once-pod should block a second pod from using an in-use ReadWriteOncePod volume on the same node",
+	// Two pods on one node share one staged volume (multipods).
+	"[Testpattern: Dynamic PV (filesystem volmode)] multiVolume should concurrently access the single volume from pods on the same node [Slow]",
+}
+
+// externalDefaultSkip leaves out the specs this lab cannot run in any
+// selection: [Disruptive] ones reach the nodes over SSH (kubelet restarts,
+// network cuts), which the lab's node does not serve; [Flaky] ones are
+// what upstream's own runs leave out.
+const externalDefaultSkip = `\[Disruptive\]|\[Flaky\]`
+
+// The selection of TestExternalStorage, as Ginkgo regular expressions over
+// the specs' full text. The defaults are the CI subset; make e2e-full
+// widens them, e.g. -external.focus=External.Storage.
+var (
+	externalFocus   = flag.String("external.focus", ciFocus(), "Ginkgo focus of TestExternalStorage (regular expression over the spec text); the default is the CI subset")
+	externalSkip    = flag.String("external.skip", externalDefaultSkip, "Ginkgo skip of TestExternalStorage (regular expression over the spec text)")
+	externalTimeout = flag.Duration("external.timeout", 30*time.Minute, "Time limit of the e2e.test run of TestExternalStorage (its -ginkgo.timeout)")
+)
+
+// ciFocus is externalCISpecs as one focus expression. Every spec text
+// starts with "External Storage [Driver: pillar-csi.io]", so the focus
+// cannot pick up another driver's or another suite's spec of the same
+// name.
+func ciFocus() string {
+	alts := make([]string, len(externalCISpecs))
+	for i, s := range externalCISpecs {
+		alts[i] = regexp.QuoteMeta(s) + "$"
+	}
+	return regexp.QuoteMeta("External Storage [Driver: pillar-csi.io] ") + "(" + strings.Join(alts, "|") + ")"
+}
+
+// TestExternalStorage runs Kubernetes' own storage e2e suite
+// (bin/e2e.test, make e2e-test-binary) against pillar-csi as installed by
+// the chart, with the driver file testdata/external-driver.yaml: the
+// checks every CSI driver is held to, as upstream wrote them. It fails
+// when a spec fails and when the selection ran nothing, and it logs every
+// skipped spec with the suite's reason.
+func TestExternalStorage(t *testing.T) {
+	c := setup(t)
+	bin := filepath.Join(lab.root, "bin")
+	e2eTest := filepath.Join(bin, "e2e.test")
+	if _, err := os.Stat(e2eTest); err != nil {
+		t.Fatalf("the external-storage suite is not built (make e2e-test-binary): %v", err)
+	}
+	driverFile := filepath.Join(lab.root, "tests", "e2e", "pillar", "testdata", "external-driver.yaml")
+	if _, err := os.Stat(driverFile); err != nil {
+		t.Fatalf("driver file: %v", err)
+	}
+	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	stubTestImages(t, e2eTest, env)
+
+	out := t.TempDir()
+	selection := []string{
+		"-storage.testdriver=" + driverFile,
+		"-ginkgo.focus=" + *externalFocus,
+		"-ginkgo.skip=" + *externalSkip,
+		"-ginkgo.no-color",
+		"-kubeconfig=" + c.Kubeconfig,
+	}
+
+	// A dry run first, which takes seconds: a selection that matches no
+	// spec fails here, and so does a CI subset that lost a spec because
+	// upstream renamed it.
+	selected := dryRun(t, env, e2eTest, selection, filepath.Join(out, "dry-run.xml"))
+	t.Logf("external-storage suite: %d specs selected", len(selected))
+	if *externalFocus == ciFocus() && len(selected) != len(externalCISpecs) {
+		t.Fatalf("the CI subset names %d specs and the suite has %d of them:\n%s",
+			len(externalCISpecs), len(selected), strings.Join(selected, "\n"))
+	}
+
+	junit := filepath.Join(out, "junit.xml")
+	args := append(slices.Clone(selection),
+		"-ginkgo.v",
+		"-ginkgo.junit-report="+junit,
+		"-ginkgo.timeout="+externalTimeout.String(),
+		"-report-dir="+filepath.Join(out, "report"),
+		"-e2e-output-dir="+filepath.Join(out, "output"),
+		// No cloud provider: the specs that need one (or SSH to the
+		// nodes) skip themselves instead of failing to reach it.
+		"-provider=skeleton",
+		"-kubectl-path="+filepath.Join(bin, "kubectl"),
+	)
+	t.Logf("$ %s %s", e2eTest, strings.Join(args, " "))
+
+	// Ginkgo stops at -ginkgo.timeout and reports; the extra time is for
+	// the cleanup of the spec it interrupted and for the report itself.
+	ctx, cancel := context.WithTimeout(context.Background(), *externalTimeout+5*time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	runErr := runLines(ctx, env, os.Stdout, "e2e.test: ", e2eTest, args...)
+	record(t, "external-storage suite", time.Since(t0))
+
+	res, err := readJUnit(junit)
+	if err != nil {
+		t.Fatalf("e2e.test wrote no readable report (exit: %v): %v", runErr, err)
+	}
+	t.Logf("external-storage suite: %d passed, %d failed, %d skipped at run time, %d not selected, in %.0fs",
+		len(res.passed), len(res.failed), len(res.skipped), res.unselected, time.Since(t0).Seconds())
+	for _, name := range res.passed {
+		t.Logf("passed: %s", name)
+	}
+	for _, s := range res.skipped {
+		t.Logf("skipped: %s\n    because: %s", s.name, s.reason)
+	}
+	for _, f := range res.failed {
+		t.Errorf("failed: %s\n%s", f.name, f.reason)
+	}
+	if len(res.passed) == 0 && len(res.failed) == 0 {
+		t.Errorf("no spec ran: focus %q, skip %q selects nothing that the driver file supports", *externalFocus, *externalSkip)
+	}
+	if runErr != nil && len(res.failed) == 0 {
+		t.Errorf("e2e.test: %v, though its report has no failed spec", runErr)
+	}
+}
+
+// stubTestImages names the harness's busybox image as the suite's test
+// images, so that the specs' pods start without a registry. The storage
+// specs run their own shell commands in busybox (write, read, stat, dd,
+// mount, sleep), and the exec spec runs /bin/sh in an nginx image only
+// because it has one; the harness's busybox runs every applet from its
+// shell, which is all either needs. The references come from the binary
+// (-list-images), so they follow the release it was built from.
+func stubTestImages(t *testing.T, e2eTest string, env []string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e2eTest, "-list-images")
+	cmd.Env = env
+	list, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("e2e.test -list-images: %v", err)
+	}
+	var refs []string
+	for _, ref := range strings.Fields(string(list)) {
+		if name := imageName(ref); name == "busybox" || name == "nginx" {
+			refs = append(refs, ref)
+		}
+	}
+	if len(refs) == 0 {
+		t.Fatalf("e2e.test -list-images names no busybox or nginx image:\n%s", list)
+	}
+	for _, ref := range refs {
+		tctx, tcancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(tctx, "ctr", "-n", "k8s.io", "images", "tag", "--force", cluster.BusyboxImage, ref).CombinedOutput()
+		tcancel()
+		if err != nil {
+			t.Fatalf("ctr images tag %s %s: %v\n%s", cluster.BusyboxImage, ref, err, out)
+		}
+	}
+	t.Logf("test images served by %s: %s", cluster.BusyboxImage, strings.Join(refs, " "))
+}
+
+// imageName is the last path element of an image reference, without its
+// tag: "busybox" for registry.k8s.io/e2e-test-images/busybox:1.37.0-2.
+func imageName(ref string) string {
+	name := ref[strings.LastIndex(ref, "/")+1:]
+	if i := strings.IndexAny(name, ":@"); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}
+
+// dryRun runs e2e.test with -ginkgo.dry-run and the selection args and
+// returns the specs it would run (a dry run reports each as passed). It
+// fails the test when the selection matches no spec.
+func dryRun(t *testing.T, env []string, e2eTest string, selection []string, junit string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	args := append(slices.Clone(selection), "-ginkgo.dry-run", "-ginkgo.junit-report="+junit)
+	err := runLines(ctx, env, &log, "", e2eTest, args...)
+	res, rerr := readJUnit(junit)
+	if err != nil || rerr != nil {
+		t.Fatalf("e2e.test dry run: %v, report: %v\n%s", err, rerr, log.String())
+	}
+	if len(res.passed) == 0 {
+		t.Fatalf("focus %q and skip %q select no spec of the suite\n%s", *externalFocus, *externalSkip, log.String())
+	}
+	return res.passed
+}
+
+// runLines runs name with args and env, copying its output line by line
+// to w, each line after prefix, as it comes (a run takes many minutes);
+// it runs in a process group of its own, killed as a whole when ctx ends.
+func runLines(ctx context.Context, env []string, w io.Writer, prefix, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	pr, pw := io.Pipe()
+	cmd.Stdout = pw
+	cmd.Stderr = pw
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			fmt.Fprintf(w, "%s%s\n", prefix, sc.Text())
+		}
+		// Keep draining, so that the process never blocks on a full pipe.
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	err := cmd.Run()
+	pw.Close()
+	<-done
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w (%w)", name, ctx.Err(), err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// junitReport is the part of Ginkgo's JUnit report
+// (github.com/onsi/ginkgo/v2/reporters) that the test reads.
+type junitReport struct {
+	Suites []struct {
+		Cases []struct {
+			Name    string `xml:"name,attr"`
+			Status  string `xml:"status,attr"`
+			Skipped *struct {
+				Message string `xml:"message,attr"`
+			} `xml:"skipped"`
+			Failure *struct {
+				Message string `xml:"message,attr"`
+				Text    string `xml:",chardata"`
+			} `xml:"failure"`
+			Error *struct {
+				Message string `xml:"message,attr"`
+				Text    string `xml:",chardata"`
+			} `xml:"error"`
+		} `xml:"testcase"`
+	} `xml:"testsuite"`
+}
+
+type specResult struct{ name, reason string }
+
+type suiteResult struct {
+	// passed and skipped hold specs ("[It] ..."); failed holds specs and
+	// the suite's setup and report nodes.
+	passed          []string
+	failed, skipped []specResult
+	// unselected counts the specs the focus and skip left out: Ginkgo
+	// reports them as skipped with no reason.
+	unselected int
+}
+
+// readJUnit sorts the report's specs into passed, failed, skipped at run
+// time (the spec called Skip, with its reason: a capability the driver
+// file does not claim, too few nodes) and not selected. The suite's setup
+// and report nodes ("[SynchronizedBeforeSuite]", "[ReportAfterSuite] ...")
+// count only when they fail: a suite whose setup passed and whose
+// selection ran no spec has passed nothing.
+func readJUnit(path string) (suiteResult, error) {
+	var r suiteResult
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return r, err
+	}
+	var rep junitReport
+	if err := xml.Unmarshal(b, &rep); err != nil {
+		return r, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, s := range rep.Suites {
+		for _, tc := range s.Cases {
+			spec := strings.HasPrefix(tc.Name, "[It] ")
+			switch tc.Status {
+			case "passed":
+				if spec {
+					r.passed = append(r.passed, tc.Name)
+				}
+			case "skipped":
+				msg := ""
+				if tc.Skipped != nil {
+					msg = tc.Skipped.Message
+				}
+				reason, ok := strings.CutPrefix(msg, "skipped - ")
+				if !spec || !ok {
+					r.unselected++
+					continue
+				}
+				r.skipped = append(r.skipped, specResult{tc.Name, strings.TrimSpace(reason)})
+			case "pending":
+				r.unselected++
+			default: // failed, timedout, interrupted, aborted, panicked
+				why := tc.Status
+				switch {
+				case tc.Failure != nil:
+					why += ": " + strings.TrimSpace(tc.Failure.Message+"\n"+tc.Failure.Text)
+				case tc.Error != nil:
+					why += ": " + strings.TrimSpace(tc.Error.Message+"\n"+tc.Error.Text)
+				}
+				r.failed = append(r.failed, specResult{tc.Name, why})
+			}
+		}
+	}
+	if len(rep.Suites) == 0 {
+		return r, errors.New(path + ": no test suite in the report")
+	}
+	sort.Strings(r.passed)
+	return r, nil
+}
+
+// TestReadJUnit checks the sorting of a report like the ones e2e.test
+// writes (Ginkgo v2's JUnit format): a spec that was not selected is not a
+// skip, a passed setup node is not a passed spec, and a failed one is a
+// failure. It needs no guest.
+func TestReadJUnit(t *testing.T) {
+	const report = `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="6" disabled="2" errors="0" failures="2" time="12.5">
+  <testsuite name="Kubernetes external storage e2e suite" package="/" tests="6" disabled="0" skipped="2" errors="0" failures="2" time="12.5">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes external storage e2e suite" status="passed" time="0.1"></testcase>
+    <testcase name="[It] External Storage [Driver: pillar-csi.io] [Testpattern: Dynamic PV (default fs)] volumes should store data [Driver: pillar-csi.io]" classname="Kubernetes external storage e2e suite" status="passed" time="9"></testcase>
+    <testcase name="[It] External Storage [Driver: pillar-csi.io] [Testpattern: Dynamic PV (default fs)] volumes should allow exec of files on the volume [Driver: pillar-csi.io]" classname="Kubernetes external storage e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+    <testcase name="[It] External Storage [Driver: pillar-csi.io] [Testpattern: Dynamic PV (default fs)] provisioning should provision storage with pvc data source [Driver: pillar-csi.io]" classname="Kubernetes external storage e2e suite" status="skipped" time="0.2">
+      <skipped message="skipped - Driver &#34;pillar-csi.io&#34; does not support cloning - skipping"></skipped>
+    </testcase>
+    <testcase name="[It] External Storage [Driver: pillar-csi.io] [Testpattern: Dynamic PV (block volmode)] volumes should store data [Driver: pillar-csi.io]" classname="Kubernetes external storage e2e suite" status="failed" time="3">
+      <failure message="" type="failed">[FAILED] timed out waiting for the condition</failure>
+    </testcase>
+    <testcase name="[ReportAfterSuite] Autogenerated ReportAfterSuite for --junit-report" classname="Kubernetes external storage e2e suite" status="timedout" time="0">
+      <failure message="report" type="timedout">took too long</failure>
+    </testcase>
+  </testsuite>
+</testsuites>`
+	path := filepath.Join(t.TempDir(), "junit.xml")
+	if err := os.WriteFile(path, []byte(report), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err := readJUnit(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.passed) != 1 || !strings.Contains(r.passed[0], "(default fs)] volumes should store data") {
+		t.Errorf("passed = %q, want the one spec that passed", r.passed)
+	}
+	if r.unselected != 1 {
+		t.Errorf("unselected = %d, want 1", r.unselected)
+	}
+	if len(r.skipped) != 1 || r.skipped[0].reason != `Driver "pillar-csi.io" does not support cloning - skipping` {
+		t.Errorf("skipped = %+v, want the pvc data source spec with its reason", r.skipped)
+	}
+	if len(r.failed) != 2 || !strings.Contains(r.failed[0].reason, "timed out waiting") || !strings.HasPrefix(r.failed[1].reason, "timedout: report") {
+		t.Errorf("failed = %+v, want the block spec and the report node", r.failed)
+	}
+	if _, err := readJUnit(filepath.Join(t.TempDir(), "missing.xml")); err == nil {
+		t.Error("a missing report read without an error")
+	}
+}
