@@ -20,11 +20,12 @@
 //   - `mount --make-rshared /`: Bidirectional mount propagation, which every
 //     CSI node plugin needs, fails on a private root.
 //   - the whole module tree of the guest kernel (Lab.ModuleTree, named on
-//     the kernel command line) bind-mounted over /lib/modules/$(uname -r),
-//     and the kernel's own module requests (/proc/sys/kernel/modprobe)
-//     pointed at a helper that runs modprobe inside the chroot: the kernel
-//     runs that helper in the initramfs's root, whose module subset has no
-//     nf_tables, and kube-proxy then fails with "Protocol not supported".
+//     the kernel command line) bind-mounted over /lib/modules/$(uname -r):
+//     the lab's boot set has no nf_tables, and kube-proxy then fails with
+//     "Protocol not supported". The kernel's own module requests find the
+//     tree because the lab's init makes the overlay the root (as
+//     switch_root does); that also makes `kubectl exec` (runc exec, setns)
+//     land in the container rather than in the initramfs.
 //   - cgroup2 at /sys/fs/cgroup with every controller delegated: the kubelet
 //     (cgroupDriver cgroupfs) creates the kubepods hierarchy under the root.
 //   - a node address on a dummy interface with an on-link default route

@@ -17,14 +17,13 @@ import (
 // interface carries no traffic anywhere, and nothing is routed to the
 // host's interfaces (the guest has no NIC at all).
 const (
-	nodeCIDR       = "192.168.77.10/24"
-	NodeIP         = "192.168.77.10"
-	PodCIDR        = "10.244.0.0/24"
-	ServiceCIDR    = "10.96.0.0/24"
-	APIServiceIP   = "10.96.0.1" // the `kubernetes` Service: the first address of ServiceCIDR
-	nodeInterface  = "pillar0"
-	bridgeName     = "cni0"
-	modprobeHelper = "/sbin/pillar-e2e-modprobe"
+	nodeCIDR      = "192.168.77.10/24"
+	NodeIP        = "192.168.77.10"
+	PodCIDR       = "10.244.0.0/24"
+	ServiceCIDR   = "10.96.0.0/24"
+	APIServiceIP  = "10.96.0.1" // the `kubernetes` Service: the first address of ServiceCIDR
+	nodeInterface = "pillar0"
+	bridgeName    = "cni0"
 )
 
 // cmdTimeout bounds every short command of the node setup; a modprobe or
@@ -97,8 +96,10 @@ func (c *Cluster) prepareNode(ctx context.Context) error {
 }
 
 // moduleTree bind-mounts the guest kernel's whole module tree over
-// /lib/modules/$(uname -r) and points the kernel's own module requests at
-// a helper that runs modprobe in this root.
+// /lib/modules/$(uname -r). The kernel's own module requests (the
+// modprobe it runs when kube-proxy's nft needs nf_tables, for one) see it
+// too: the lab's init makes the overlay the root the kernel's helpers
+// run in, as switch_root does on a real machine.
 func (c *Cluster) moduleTree(ctx context.Context) error {
 	tree, ok := guest.Param(guest.ModuleTreeParam)
 	if !ok {
@@ -123,24 +124,6 @@ func (c *Cluster) moduleTree(ctx context.Context) error {
 		return err
 	})
 
-	// The kernel runs /proc/sys/kernel/modprobe in its initial root, the
-	// initramfs, whose /lib/modules holds only the lab's subset. The
-	// helper lives there and chroots into this process's root, which it
-	// finds through /proc: it works for as long as the cluster runs.
-	old, err := os.ReadFile("/proc/sys/kernel/modprobe")
-	if err != nil {
-		return fmt.Errorf("modprobe helper: %w", err)
-	}
-	script := fmt.Sprintf("#!/bin/sh\n# Runs the kernel's module requests inside the lab cluster's root.\nexec chroot /proc/%d/root /sbin/modprobe \"$@\"\n", os.Getpid())
-	if err := os.WriteFile("/proc/1/root"+modprobeHelper, []byte(script), 0o755); err != nil {
-		return fmt.Errorf("modprobe helper in the initramfs root: %w", err)
-	}
-	if err := os.WriteFile("/proc/sys/kernel/modprobe", []byte(modprobeHelper), 0o644); err != nil {
-		return fmt.Errorf("modprobe helper: %w", err)
-	}
-	c.onStop("restore the kernel's modprobe", func() error {
-		return os.WriteFile("/proc/sys/kernel/modprobe", []byte(strings.TrimSpace(string(old))), 0o644)
-	})
 	return nil
 }
 

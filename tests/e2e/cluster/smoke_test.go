@@ -40,6 +40,7 @@ func TestNodeReady(t *testing.T) {
 func TestPodFromLocalImage(t *testing.T) {
 	c := setup(t)
 	ns := namespace(t, c)
+	marker := fmt.Sprintf("marker-%d", time.Now().UnixNano())
 	s := newSteps(t)
 	apply(t, c, fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -50,8 +51,8 @@ spec:
   - name: hello
     image: %s
     imagePullPolicy: Never
-    command: [sh, -c, 'echo "hello from $(cat /proc/sys/kernel/hostname)"; exec sleep 3600']
-`, ns, cluster.BusyboxImage))
+    command: [sh, -c, 'echo %s > /marker; echo "hello from $(cat /proc/sys/kernel/hostname)"; exec sleep 3600']
+`, ns, marker, cluster.BusyboxImage))
 	waitReady(t, c, ns, "hello")
 	s.done("pod Running")
 	out, err := c.Kubectl(context.Background(), nil, "logs", "-n", ns, "hello")
@@ -62,6 +63,16 @@ spec:
 		t.Fatalf("pod log = %q, want %q", out, want)
 	}
 	s.done("log read")
+	// kubectl exec must run in the container's root, which has the
+	// marker file the container wrote, not in the node's.
+	out, err = c.Kubectl(context.Background(), nil, "exec", "-n", ns, "hello", "--", "cat", "/marker")
+	if err != nil {
+		t.Fatalf("kubectl exec: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != marker {
+		t.Fatalf("kubectl exec cat /marker = %q, want %q: exec does not run in the container's root", got, marker)
+	}
+	s.done("kubectl exec in the container")
 	if _, err := c.Kubectl(context.Background(), nil, "delete", "pod", "-n", ns, "hello", "--wait=true", "--timeout=2m"); err != nil {
 		t.Fatal(err)
 	}
