@@ -65,8 +65,11 @@ type Cluster struct {
 
 	start   time.Time
 	daemons []*daemon
-	undo    []undoStep
-	ca      *ca
+	// busyboxApplets are the host busybox's applets, linked into every
+	// busybox image the harness builds.
+	busyboxApplets []string
+	undo           []undoStep
+	ca             *ca
 }
 
 type undoStep struct {
@@ -297,8 +300,13 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
 		return err
 	}
+	applets, err := busyboxApplets(ctx, hostBusybox)
+	if err != nil {
+		return err
+	}
+	c.busyboxApplets = applets
 	bb := filepath.Join(imgDir, "busybox.tar")
-	if err := writeBusyboxImage(bb, "/bin/busybox", BusyboxImage, []string{"/bin/sh"}); err != nil {
+	if err := writeBusyboxImage(bb, hostBusybox, applets, []string{BusyboxImage}, []string{"/bin/sh"}); err != nil {
 		return err
 	}
 	tars = append(tars, bb)
@@ -312,7 +320,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	} else {
 		fmt.Fprintf(c.opts.Log, "cluster: %s is missing (make images): using a busybox sandbox image\n", pause)
 		pause = filepath.Join(imgDir, "pause.tar")
-		if err := writeBusyboxImage(pause, "/bin/busybox", fallbackPauseImage,
+		if err := writeBusyboxImage(pause, hostBusybox, applets, []string{fallbackPauseImage},
 			[]string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait; done"}); err != nil {
 			return err
 		}
@@ -342,24 +350,49 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	}
 	c.onStop("remove the containers", func() error { return c.removeContainers() })
 	for _, t := range tars {
-		out, err := run(ctx, 5*time.Minute, nil, "ctr", "-n", "k8s.io", "images", "import", "--all-platforms", t)
-		if err != nil {
-			return fmt.Errorf("import %s: %w", t, err)
-		}
-		refs, err := imageRefs(t)
-		if err != nil {
+		if err := c.importImage(ctx, t); err != nil {
 			return err
 		}
-		for _, r := range refs {
-			// ctr names a docker reference without a registry by its
-			// normalized form.
-			if !bytes.Contains(out, []byte(strings.TrimPrefix(r, "docker.io/library/"))) {
-				return fmt.Errorf("import %s: ctr did not report %s: %s", t, r, out)
-			}
-		}
-		c.Images = append(c.Images, refs...)
 	}
 	return nil
+}
+
+// importImage imports one image tarball into the CRI's namespace and
+// checks that ctr reports every reference the tarball names.
+func (c *Cluster) importImage(ctx context.Context, tarball string) error {
+	out, err := run(ctx, 5*time.Minute, nil, "ctr", "-n", "k8s.io", "images", "import", "--all-platforms", tarball)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", tarball, err)
+	}
+	refs, err := imageRefs(tarball)
+	if err != nil {
+		return err
+	}
+	for _, r := range refs {
+		// ctr names a docker reference without a registry by its
+		// normalized form.
+		if !bytes.Contains(out, []byte(strings.TrimPrefix(r, "docker.io/library/"))) {
+			return fmt.Errorf("import %s: ctr did not report %s: %s", tarball, r, out)
+		}
+	}
+	c.Images = append(c.Images, refs...)
+	return nil
+}
+
+// ImportBusybox imports the harness's busybox image (BusyboxImage's
+// content) under the references refs, for suites whose pods name images
+// of their own, such as the Kubernetes e2e suite's busybox and nginx
+// test images: pods that use them with imagePullPolicy IfNotPresent start
+// without a registry.
+func (c *Cluster) ImportBusybox(ctx context.Context, refs ...string) error {
+	if len(refs) == 0 {
+		return errors.New("import busybox: no image references")
+	}
+	out := c.dir("images", fmt.Sprintf("busybox-%d.tar", len(c.Images)))
+	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/bin/sh"}); err != nil {
+		return err
+	}
+	return c.importImage(ctx, out)
 }
 
 // removeContainers kills and deletes every container task, so that no
@@ -645,8 +678,8 @@ spec:
 }
 
 // Stop tears the cluster down in the reverse order of Start: the
-// containers, the components, the node's interface,
-// mounts and modprobe helper. It reports every step that failed.
+// containers, the components, the node's interface and
+// mounts. It reports every step that failed.
 func (c *Cluster) Stop() error {
 	var errs []error
 	for i := len(c.undo) - 1; i >= 0; i-- {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,7 +17,7 @@ import (
 
 // BusyboxImage is the image the harness builds from the host's static
 // busybox (package busybox-static) for the suites' own pods: a shell and
-// the usual tools in 2 MB, and no registry needed.
+// every busybox applet at its usual path in 2 MB, and no registry needed.
 const BusyboxImage = "pillar-lab.local/busybox:e2e"
 
 // fallbackPauseImage is the sandbox image the harness builds when make
@@ -25,22 +26,34 @@ const BusyboxImage = "pillar-lab.local/busybox:e2e"
 // as a pod sandbox's process.
 const fallbackPauseImage = "pillar-lab.local/pause:e2e"
 
-// busyboxApplets are linked into /bin of the busybox image.
-var busyboxApplets = []string{"sh", "sleep", "cat", "echo", "ls", "mount", "umount", "nc", "wget", "mkdir", "rm", "test", "true", "sync", "sha256sum", "dd", "stat", "grep", "df"}
+// hostBusybox is the host's static busybox (package busybox-static).
+const hostBusybox = "/bin/busybox"
+
+// busyboxApplets lists the applets of busybox with their paths
+// ("usr/bin/head"), as `busybox --list-full` prints them.
+func busyboxApplets(ctx context.Context, busybox string) ([]string, error) {
+	out, err := run(ctx, cmdTimeout, nil, busybox, "--list-full")
+	if err != nil {
+		return nil, fmt.Errorf("busybox applets: %w (package busybox-static)", err)
+	}
+	return strings.Fields(string(out)), nil
+}
 
 // writeBusyboxImage writes a docker-archive tarball (what
 // `ctr images import` and `docker load` read) of a one-layer image named
-// ref: /bin/busybox from busybox, its applets as symlinks, and entrypoint.
-// Nothing in it depends on the time or the host, so the same busybox gives
-// the same image.
-func writeBusyboxImage(out, busybox, ref string, entrypoint []string) error {
+// by refs: /bin/busybox from busybox, a symlink to it at each applet path,
+// and entrypoint. Commands run without a shell (an exec of "head") find
+// their applet on PATH. Nothing in it depends on the time or the host, so
+// the same busybox gives the same image.
+func writeBusyboxImage(out, busybox string, applets, refs, entrypoint []string) error {
+	ref := strings.Join(refs, ",")
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
 		return fmt.Errorf("image %s: %w (package busybox-static)", ref, err)
 	}
 	var layer bytes.Buffer
 	tw := tar.NewWriter(&layer)
-	dirs := []string{"bin", "dev", "etc", "proc", "sys", "tmp", "var"}
+	dirs := []string{"bin", "dev", "etc", "proc", "sbin", "sys", "tmp", "usr", "usr/bin", "usr/sbin", "var"}
 	for _, d := range dirs {
 		mode := int64(0o755)
 		if d == "tmp" {
@@ -56,8 +69,14 @@ func writeBusyboxImage(out, busybox, ref string, entrypoint []string) error {
 	if _, err := tw.Write(bb); err != nil {
 		return fmt.Errorf("image %s: %w", ref, err)
 	}
-	for _, a := range busyboxApplets {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox", Mode: 0o777, Format: tar.FormatPAX}); err != nil {
+	seen := map[string]bool{"bin/busybox": true}
+	for _, a := range applets {
+		a = strings.TrimPrefix(a, "/")
+		if seen[a] || strings.Contains(a, "..") {
+			continue
+		}
+		seen[a] = true
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: a, Linkname: "/bin/busybox", Mode: 0o777, Format: tar.FormatPAX}); err != nil {
 			return fmt.Errorf("image %s: %w", ref, err)
 		}
 	}
@@ -70,7 +89,7 @@ func writeBusyboxImage(out, busybox, ref string, entrypoint []string) error {
 		"os":           "linux",
 		"config": map[string]any{
 			"Entrypoint": entrypoint,
-			"Env":        []string{"PATH=/bin"},
+			"Env":        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		},
 		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
 	})
@@ -80,7 +99,7 @@ func writeBusyboxImage(out, busybox, ref string, entrypoint []string) error {
 	configSum := sha256.Sum256(config)
 	configName := hex.EncodeToString(configSum[:]) + ".json"
 	layerName := hex.EncodeToString(diffID[:]) + "/layer.tar"
-	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": []string{ref}, "Layers": []string{layerName}}})
+	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": refs, "Layers": []string{layerName}}})
 	if err != nil {
 		return fmt.Errorf("image %s: %w", ref, err)
 	}

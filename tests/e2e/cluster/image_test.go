@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"archive/tar"
+	"bytes"
 	"encoding/json"
 	"io"
 	"os"
@@ -17,7 +18,7 @@ func TestBusyboxImageIsADockerArchive(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "img.tar")
-	if err := writeBusyboxImage(out, bb, "example.com/x:1", []string{"/bin/sh"}); err != nil {
+	if err := writeBusyboxImage(out, bb, []string{"bin/sh", "/usr/bin/head", "bin/sh"}, []string{"example.com/x:1"}, []string{"/bin/sh"}); err != nil {
 		t.Fatal(err)
 	}
 	refs, err := imageRefs(out)
@@ -29,7 +30,7 @@ func TestBusyboxImageIsADockerArchive(t *testing.T) {
 	}
 	// The same input gives the same bytes: nothing time- or host-dependent.
 	again := filepath.Join(dir, "again.tar")
-	if err := writeBusyboxImage(again, bb, "example.com/x:1", []string{"/bin/sh"}); err != nil {
+	if err := writeBusyboxImage(again, bb, []string{"bin/sh", "/usr/bin/head", "bin/sh"}, []string{"example.com/x:1"}, []string{"/bin/sh"}); err != nil {
 		t.Fatal(err)
 	}
 	a, _ := os.ReadFile(out)
@@ -65,6 +66,28 @@ func TestBusyboxImageIsADockerArchive(t *testing.T) {
 	}
 	if files[m[0].Config] == nil || len(m[0].Layers) != 1 || files[m[0].Layers[0]] == nil {
 		t.Fatalf("manifest names missing files: %+v (have %d files)", m[0], len(files))
+	}
+
+	// Each applet is a symlink to /bin/busybox at its path, once.
+	links := map[string]int{}
+	lr := tar.NewReader(bytes.NewReader(files[m[0].Layers[0]]))
+	for {
+		h, err := lr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeSymlink {
+			if h.Linkname != "/bin/busybox" {
+				t.Errorf("%s links to %q", h.Name, h.Linkname)
+			}
+			links[h.Name]++
+		}
+	}
+	if want := map[string]int{"bin/sh": 1, "usr/bin/head": 1}; !reflect.DeepEqual(links, want) {
+		t.Errorf("applet links %v, want %v", links, want)
 	}
 }
 

@@ -3,13 +3,9 @@
 package pillar_test
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"flag"
@@ -25,6 +21,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 )
 
 // externalCISpecs is the subset of the Kubernetes external-storage suite
@@ -101,7 +99,7 @@ func TestExternalStorage(t *testing.T) {
 	}
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 
-	stubTestImages(t, e2eTest, env)
+	stubTestImages(t, c, e2eTest, env)
 
 	out := t.TempDir()
 	selection := []string{
@@ -140,6 +138,17 @@ func TestExternalStorage(t *testing.T) {
 	// the cleanup of the spec it interrupted and for the report itself.
 	ctx, cancel := context.WithTimeout(context.Background(), *externalTimeout+5*time.Minute)
 	defer cancel()
+	// The cluster's warnings as they happen, next to the spec that caused
+	// them: a spec that fails by timing out (a pod never Running) logs
+	// only "not Running", and its namespace's events are gone with it.
+	events, stopEvents := context.WithCancel(ctx)
+	eventsDone := make(chan struct{})
+	go func() {
+		defer close(eventsDone)
+		_ = runLines(events, env, os.Stdout, "event: ", filepath.Join(bin, "kubectl"), "get", "events", "-A", "--watch-only",
+			"--field-selector=type=Warning", "-o", "custom-columns=NAMESPACE:.metadata.namespace,OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message", "--no-headers")
+	}()
+	defer func() { stopEvents(); <-eventsDone }()
 	t0 := time.Now()
 	runErr := runLines(ctx, env, os.Stdout, "e2e.test: ", e2eTest, args...)
 	record(t, "external-storage suite", time.Since(t0))
@@ -174,18 +183,16 @@ func TestExternalStorage(t *testing.T) {
 }
 
 // stubTestImages imports, under the names of the suite's busybox and
-// nginx test images, an image of the host's static busybox with every
-// applet linked at its path, so that the specs' pods start without a
-// registry. The storage specs run their own commands in busybox (echo,
-// cat, head, dd, test, ls, grep, sleep), some by exec without a shell, so
-// every applet must be a file on PATH; the harness's own busybox image
-// (cluster.BusyboxImage) links only the few its suites use. The exec spec
-// runs /bin/sh in an nginx image only because it has one. The references
-// come from the binary (-list-images), so they follow the release it was
-// built from.
-func stubTestImages(t *testing.T, e2eTest string, env []string) {
+// nginx test images, the harness's busybox image (every applet of the
+// host's static busybox linked at its path), so that the specs' pods
+// start without a registry. The storage specs run their own commands in
+// busybox (echo, cat, head, dd, test, ls, grep, sleep), some by exec
+// without a shell; the exec spec runs /bin/sh in an nginx image only
+// because it has one. The references come from the binary
+// (-list-images), so they follow the release it was built from.
+func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, e2eTest, "-list-images")
 	cmd.Env = env
@@ -202,117 +209,10 @@ func stubTestImages(t *testing.T, e2eTest string, env []string) {
 	if len(refs) == 0 {
 		t.Fatalf("e2e.test -list-images names no busybox or nginx image:\n%s", list)
 	}
-	const busybox = "/bin/busybox" // package busybox-static
-	applets, err := exec.CommandContext(ctx, busybox, "--list-full").Output()
-	if err != nil {
-		t.Fatalf("%s --list-full: %v", busybox, err)
-	}
-	tarball := filepath.Join(t.TempDir(), "e2e-busybox.tar")
-	if err := writeBusyboxArchive(tarball, busybox, strings.Fields(string(applets)), refs); err != nil {
+	if err := c.ImportBusybox(ctx, refs...); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(ctx, "ctr", "-n", "k8s.io", "images", "import", tarball).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ctr images import %s: %v\n%s", tarball, err, out)
-	}
-	have, err := exec.CommandContext(ctx, "ctr", "-n", "k8s.io", "images", "ls", "-q").Output()
-	if err != nil {
-		t.Fatalf("ctr images ls: %v", err)
-	}
-	for _, ref := range refs {
-		if !slices.Contains(strings.Fields(string(have)), ref) {
-			t.Fatalf("ctr imported %s but lists no %s:\n%s", tarball, ref, have)
-		}
-	}
 	t.Logf("test images served by the host's busybox: %s", strings.Join(refs, " "))
-}
-
-// writeBusyboxArchive writes a docker-archive (what `ctr images import`
-// reads) of one layer, /bin/busybox from the file busybox and a symlink to
-// it at each applet path ("usr/bin/head"), named with every ref. Nothing
-// in it depends on the time, so the same busybox gives the same image.
-func writeBusyboxArchive(path, busybox string, applets, refs []string) error {
-	bb, err := os.ReadFile(busybox)
-	if err != nil {
-		return fmt.Errorf("test image: %w", err)
-	}
-	var layer bytes.Buffer
-	tw := tar.NewWriter(&layer)
-	hdrs := []*tar.Header{}
-	for _, d := range []string{"bin", "dev", "etc", "proc", "sbin", "sys", "tmp", "usr", "usr/bin", "usr/sbin", "var"} {
-		mode := int64(0o755)
-		if d == "tmp" {
-			mode = 0o1777
-		}
-		hdrs = append(hdrs, &tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: mode})
-	}
-	hdrs = append(hdrs, &tar.Header{Typeflag: tar.TypeReg, Name: "bin/busybox", Mode: 0o755, Size: int64(len(bb))})
-	for _, a := range applets {
-		if a == "bin/busybox" || strings.Contains(a, "..") || strings.HasPrefix(a, "/") {
-			continue
-		}
-		hdrs = append(hdrs, &tar.Header{Typeflag: tar.TypeSymlink, Name: a, Linkname: "/bin/busybox", Mode: 0o777})
-	}
-	for _, h := range hdrs {
-		h.Format = tar.FormatPAX
-		if err := tw.WriteHeader(h); err != nil {
-			return fmt.Errorf("test image: %w", err)
-		}
-		if h.Name == "bin/busybox" {
-			if _, err := tw.Write(bb); err != nil {
-				return fmt.Errorf("test image: %w", err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return fmt.Errorf("test image: %w", err)
-	}
-	diffID := sha256.Sum256(layer.Bytes())
-	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64",
-		"os":           "linux",
-		"config": map[string]any{
-			"Cmd": []string{"sh"},
-			"Env": []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-		},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(diffID[:])}},
-	})
-	if err != nil {
-		return fmt.Errorf("test image: %w", err)
-	}
-	configSum := sha256.Sum256(config)
-	configName := hex.EncodeToString(configSum[:]) + ".json"
-	layerName := hex.EncodeToString(diffID[:]) + "/layer.tar"
-	manifest, err := json.Marshal([]map[string]any{{"Config": configName, "RepoTags": refs, "Layers": []string{layerName}}})
-	if err != nil {
-		return fmt.Errorf("test image: %w", err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("test image: %w", err)
-	}
-	aw := tar.NewWriter(f)
-	for _, e := range []struct {
-		name string
-		data []byte
-	}{{configName, config}, {layerName, layer.Bytes()}, {"manifest.json", manifest}} {
-		if err := aw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), Format: tar.FormatPAX}); err != nil {
-			f.Close()
-			return fmt.Errorf("test image: %w", err)
-		}
-		if _, err := aw.Write(e.data); err != nil {
-			f.Close()
-			return fmt.Errorf("test image: %w", err)
-		}
-	}
-	if err := aw.Close(); err != nil {
-		f.Close()
-		return fmt.Errorf("test image: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("test image: %w", err)
-	}
-	return nil
 }
 
 // imageName is the last path element of an image reference, without its
