@@ -3,13 +3,8 @@
 package controller
 
 import (
-	"context"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,10 +12,8 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
+
+	"github.com/pillar-csi/pillar-csi/tests/csisanity"
 )
 
 const (
@@ -53,7 +46,7 @@ func TestCSISanity(t *testing.T) {
 	l := setup(t)
 	s := newStack(t, l, "storage-sanity", backendZFS, backendLVMThin)
 	w := s.startWorker("worker-sanity")
-	router := startRouter(t, t.TempDir(), l.csiEndpoint, "unix://"+filepath.Join(w.dir, "csi.sock"))
+	router := csisanity.StartRouter(t, t.TempDir(), l.csiEndpoint, "unix://"+filepath.Join(w.dir, "csi.sock"), csiTimeout)
 	began := time.Now()
 
 	var contexts []*sanity.TestContext
@@ -64,7 +57,7 @@ func TestCSISanity(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := sanity.NewTestConfig()
-		cfg.Address = router.endpoint
+		cfg.Address = router.Endpoint
 		cfg.ControllerAddress = l.csiEndpoint
 		cfg.TargetPath = filepath.Join(dir, "target")
 		cfg.StagingPath = filepath.Join(dir, "staging")
@@ -79,7 +72,7 @@ func TestCSISanity(t *testing.T) {
 			contexts = append(contexts, sanity.GinkgoTest(&cfg))
 		})
 	}
-	ginkgo.ReportAfterSuite("pillar-csi csi-sanity counts", func(r types.Report) { logSanityReport(t, r) })
+	ginkgo.ReportAfterSuite("pillar-csi csi-sanity counts", func(r types.Report) { csisanity.LogReport(t, r) })
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite, reporter := ginkgo.GinkgoConfiguration()
 	// Specs run in the order they are written, so a failure is easy to
@@ -99,142 +92,3 @@ func TestCSISanity(t *testing.T) {
 		}
 	}
 }
-
-// logSanityReport logs, per store, how many specs passed, failed and were
-// skipped, and every skipped spec with the reason csi-sanity gave.
-func logSanityReport(t *testing.T, r types.Report) {
-	type counts struct{ passed, failed, skipped int }
-	by := map[string]*counts{}
-	skips := map[string][]string{}
-	for _, sr := range r.SpecReports {
-		if sr.LeafNodeType != types.NodeTypeIt {
-			continue
-		}
-		store := "?"
-		if len(sr.ContainerHierarchyTexts) > 0 {
-			store = sr.ContainerHierarchyTexts[0]
-		}
-		c := by[store]
-		if c == nil {
-			c = &counts{}
-			by[store] = c
-		}
-		name := strings.Join(append(append([]string{}, sr.ContainerHierarchyTexts[1:]...), sr.LeafNodeText), " ")
-		switch {
-		case sr.State == types.SpecStatePassed:
-			c.passed++
-		case sr.State == types.SpecStateSkipped:
-			c.skipped++
-			skips[store] = append(skips[store], fmt.Sprintf("%s: %s", name, firstLine(sr.Failure.Message)))
-		case sr.State.Is(types.SpecStateFailureStates):
-			c.failed++
-		}
-	}
-	stores := make([]string, 0, len(by))
-	for k := range by {
-		stores = append(stores, k)
-	}
-	sort.Strings(stores)
-	for _, k := range stores {
-		c := by[k]
-		t.Logf("csi-sanity on %s: %d passed, %d failed, %d skipped", k, c.passed, c.failed, c.skipped)
-		sort.Strings(skips[k])
-		for _, s := range skips[k] {
-			t.Logf("  skipped on %s: %s", k, s)
-		}
-	}
-}
-
-func firstLine(s string) string {
-	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return line
-}
-
-// csiRouter is one CSI endpoint made of two plugins, as csi-sanity
-// expects a driver to be: it asks the Identity service of its node
-// address whether a Controller service exists (GetPluginCapabilities), and
-// only then calls ControllerPublishVolume before NodeStageVolume. Here the
-// Identity and Controller methods go to pillar-controller's socket and the
-// Node methods to pillar-node's, byte for byte (no message is decoded or
-// changed), so every call csi-sanity makes is answered by the real
-// process that serves it in a cluster.
-type csiRouter struct {
-	endpoint string
-	server   *grpc.Server
-	ctrl     *grpc.ClientConn
-	node     *grpc.ClientConn
-}
-
-// startRouter serves the router on a socket in dir until cleanup.
-func startRouter(t testing.TB, dir, controllerEndpoint, nodeEndpoint string) *csiRouter {
-	t.Helper()
-	r := &csiRouter{endpoint: "unix://" + filepath.Join(dir, "csi-router.sock")}
-	var err error
-	if r.ctrl, err = grpc.NewClient(controllerEndpoint, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		t.Fatal(err)
-	}
-	if r.node, err = grpc.NewClient(nodeEndpoint, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("unix", filepath.Join(dir, "csi-router.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.server = grpc.NewServer(grpc.ForceServerCodec(rawCodec{}), grpc.UnknownServiceHandler(r.forward))
-	go func() { _ = r.server.Serve(l) }()
-	t.Cleanup(func() {
-		r.server.Stop()
-		r.ctrl.Close()
-		r.node.Close()
-	})
-	return r
-}
-
-// forward relays one unary call (every CSI method is unary) to the plugin
-// that serves its service, and the answer or status back.
-func (r *csiRouter) forward(_ any, stream grpc.ServerStream) error {
-	method, ok := grpc.MethodFromServerStream(stream)
-	if !ok {
-		return status.Error(codes.Internal, "no method in the stream")
-	}
-	conn := r.ctrl
-	if strings.HasPrefix(method, "/csi.v1.Node/") {
-		conn = r.node
-	}
-	var in, out rawFrame
-	if err := stream.RecvMsg(&in); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(stream.Context(), csiTimeout)
-	defer cancel()
-	if err := conn.Invoke(ctx, method, &in, &out, grpc.ForceCodec(rawCodec{})); err != nil {
-		return err
-	}
-	return stream.SendMsg(&out)
-}
-
-// rawFrame is a message as it travels, undecoded.
-type rawFrame struct{ b []byte }
-
-// rawCodec passes rawFrames through unchanged.
-type rawCodec struct{}
-
-func (rawCodec) Marshal(v any) ([]byte, error) {
-	f, ok := v.(*rawFrame)
-	if !ok {
-		return nil, fmt.Errorf("rawCodec: cannot marshal %T", v)
-	}
-	return f.b, nil
-}
-
-func (rawCodec) Unmarshal(data []byte, v any) error {
-	f, ok := v.(*rawFrame)
-	if !ok {
-		return fmt.Errorf("rawCodec: cannot unmarshal into %T", v)
-	}
-	f.b = append(f.b[:0], data...)
-	return nil
-}
-
-// Name is the content subtype the plugins expect.
-func (rawCodec) Name() string { return "proto" }
