@@ -4,11 +4,19 @@ package pillar_test
 
 import (
 	"context"
-	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 )
@@ -18,73 +26,101 @@ import (
 // sidecar holds it is the one whose pillar-controller serves CreateVolume.
 const provisionerLease = "pillar-csi-io"
 
-// TestAgentKilledMidProvisioning SIGKILLs pillar-agent (its pod
-// force-deleted) as soon as the claim's zvol exists on the storage node,
-// before the controller can have recorded it or exported it. The
-// provisioner's retry, against the DaemonSet's new agent, must finish the
-// volume from the PillarVolumeState's record: the claim binds, there is
-// exactly one zvol for it, and deleting the claim leaves nothing behind.
+// TestAgentKilledMidProvisioning kills the pillar-agent pod (every
+// process in its cgroup at once, as a node's OOM killer or a crash would)
+// at the moment the controller has issued the token for the backend
+// create and the agent is making the zvol, before anything is recorded
+// as done. The DaemonSet's kubelet restarts it; the provisioner's retry
+// must finish the volume from the PillarVolumeState's record: the claim
+// binds, there is exactly one zvol for it, and deleting the claim leaves
+// nothing behind.
 func TestAgentKilledMidProvisioning(t *testing.T) {
 	c := setup(t)
-	killMidCreate(t, c, "agent", func(t *testing.T) string {
-		p := kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "-o", "jsonpath={.items[0].metadata.name}")
-		kubectl(t, c, "delete", "pod", "-n", deploy.Namespace, p, "--grace-period=0", "--force", "--wait=false")
-		return p
-	})
+	pod := kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "-o", "jsonpath={.items[0].metadata.name}")
+	killMidCreate(t, c, "agent", pod)
 }
 
 // TestControllerLeaderKilledMidCreate kills the pillar-controller pod
 // serving CreateVolume (the one whose csi-provisioner holds the
-// provisioner Lease) as soon as the claim's zvol exists. The other
-// replica's sidecar takes the Lease over and retries CreateVolume against
-// its own pillar-controller, which must resume from the record the dead
-// one wrote: the claim binds with exactly one zvol, nothing is orphaned.
+// provisioner Lease: pillar-controller and its sidecars at once) at the
+// same point: the backend create is in flight at the agent, the record
+// shows none of it done. A csi-provisioner (the other replica's, or this
+// one's once restarted, whichever gets the Lease) retries CreateVolume
+// against a fresh pillar-controller, which must resume from the record
+// the dead one wrote: the claim binds with exactly one zvol, nothing is
+// orphaned.
 func TestControllerLeaderKilledMidCreate(t *testing.T) {
 	c := setup(t)
 	replicas := kubectl(t, c, "get", "deployment", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=controller", "-o", "jsonpath={.items[0].status.readyReplicas}")
 	if replicas != "2" {
 		t.Fatalf("pillar-controller has %q ready replicas; the test needs the chart's default of 2", replicas)
 	}
-	killMidCreate(t, c, "controller", func(t *testing.T) string {
-		holder := kubectl(t, c, "get", "lease", "-n", deploy.Namespace, provisionerLease, "-o", "jsonpath={.spec.holderIdentity}")
-		pods := strings.Fields(kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=controller", "-o", "jsonpath={.items[*].metadata.name}"))
-		for _, p := range pods {
-			if strings.HasPrefix(holder, p) {
-				kubectl(t, c, "delete", "pod", "-n", deploy.Namespace, p, "--grace-period=0", "--force", "--wait=false")
-				return p
-			}
+	holder := kubectl(t, c, "get", "lease", "-n", deploy.Namespace, provisionerLease, "-o", "jsonpath={.spec.holderIdentity}")
+	pods := strings.Fields(kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=controller", "-o", "jsonpath={.items[*].metadata.name}"))
+	for _, p := range pods {
+		if strings.HasPrefix(holder, p) {
+			killMidCreate(t, c, "controller", p)
+			return
 		}
-		t.Fatalf("the provisioner Lease is held by %q, which is none of the controller pods %v", holder, pods)
-		return ""
-	})
+	}
+	t.Fatalf("the provisioner Lease is held by %q, which is none of the controller pods %v", holder, pods)
 }
 
-// killMidCreate creates a ZFS claim, calls kill (which names what it
-// killed) as soon as the claim's zvol appears, and then checks that the
-// claim binds to a whole volume and that deleting it leaves nothing.
-func killMidCreate(t *testing.T, c *cluster.Cluster, what string, kill func(*testing.T) string) {
+// backendCreateInFlight is the kill point: the record exists and its
+// generation was advanced for the first agent call (the backend create),
+// whose result is not recorded yet.
+func backendCreateInFlight(v *v1alpha1.PillarVolumeState) bool {
+	return v.Spec.PublicationGeneration >= 1 && !v.Status.BackendCreated
+}
+
+// killMidCreate creates a ZFS claim, kills every process of pod (in the
+// release's namespace) the moment a watch shows the volume's record at
+// backendCreateInFlight, and then checks that the claim binds to a whole
+// volume and that deleting it leaves nothing.
+func killMidCreate(t *testing.T, c *cluster.Cluster, what, pod string) {
 	ns := testNamespace(t, c)
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	uid := kubectl(t, c, "get", "pod", "-n", deploy.Namespace, pod, "-o", "jsonpath={.metadata.uid}")
+	podCgroup := podCgroupDir(t, uid)
+	w := watchVolumeStates(t, ctx, c)
+	defer w.Stop()
+
 	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "128Mi"))
-	// The external-provisioner names a volume pvc-<claim UID>.
-	uid := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.metadata.uid}")
-	volumeID := "pvc-" + uid
 	t0 := time.Now()
-	poll(t, "the zvol of "+volumeID, 5*time.Minute, 100*time.Millisecond, func() (bool, string) {
-		ok, err := zvolExists(ctx, volumeID)
-		return ok, fmt.Sprint(err)
-	})
-	state, _ := c.Kubectl(ctx, nil, "get", "pillarvolumestate", volumeID, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}")
-	killed := kill(t)
-	t.Logf("%s pod %s killed %v after the claim was created, when its zvol had appeared (record: %q)",
-		what, killed, time.Since(t0).Round(100*time.Millisecond), strings.TrimSpace(string(state)))
+	// The external-provisioner names a volume pvc-<claim UID>.
+	volumeID := "pvc-" + kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.metadata.uid}")
+	var seen *v1alpha1.PillarVolumeState
+	for seen == nil {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch of PillarVolumeStates ended before %s's backend create", volumeID)
+			}
+			if v, isPVS := ev.Object.(*v1alpha1.PillarVolumeState); isPVS && v.Name == volumeID && ev.Type != watch.Deleted && backendCreateInFlight(v) {
+				seen = v
+			}
+		case <-ctx.Done():
+			t.Fatalf("the backend create of %s did not start: %v", volumeID, ctx.Err())
+		}
+	}
+	// cgroup v2's cgroup.kill SIGKILLs every process of the pod at once.
+	if err := os.WriteFile(filepath.Join(podCgroup, "cgroup.kill"), []byte("1"), 0o644); err != nil {
+		t.Fatalf("kill pod %s: %v", pod, err)
+	}
+	killed := time.Since(t0)
+	t.Logf("%s pod %s killed %v after the claim was created: record at generation %d, backendCreated %v, exported %v",
+		what, pod, killed.Round(time.Millisecond), seen.Spec.PublicationGeneration, seen.Status.BackendCreated, seen.Status.Exported)
+	if ok, err := zvolExists(ctx, volumeID); err == nil {
+		t.Logf("right after the kill the zvol of %s exists: %v", volumeID, ok)
+	}
 
 	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 10*time.Minute)
 	record(t, what+" killed mid-CreateVolume: PVC Bound", time.Since(t0))
 	logKubectl(t, c, "describe", "pvc", "-n", ns, "data")
 	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
 	if got := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}"); got != volumeID {
-		t.Fatalf("the claim bound to volume %s, the zvol that appeared was %s", got, volumeID)
+		t.Fatalf("the claim bound to volume %s, the record being created was %s", got, volumeID)
 	}
 	ready := kubectl(t, c, "get", "pillarvolumestate", volumeID, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}")
 	if ready != "True" {
@@ -99,6 +135,42 @@ func killMidCreate(t *testing.T, c *cluster.Cluster, what string, kill func(*tes
 	if n := zvolCount(t); n != 0 {
 		t.Errorf("%d zvols left on the storage node after the claim's deletion", n)
 	}
+}
+
+// watchVolumeStates watches every PillarVolumeState with the admin's
+// credentials.
+func watchVolumeStates(t *testing.T, ctx context.Context, c *cluster.Cluster) watch.Interface {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	wc, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := wc.Watch(ctx, &v1alpha1.PillarVolumeStateList{}, &client.ListOptions{FieldSelector: fields.Everything()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// podCgroupDir is the cgroup of the pod with this UID: the kubelet's
+// cgroupfs driver puts it at kubepods[/<QoS class>]/pod<UID>.
+func podCgroupDir(t *testing.T, uid string) string {
+	t.Helper()
+	for _, pattern := range []string{"/sys/fs/cgroup/kubepods/pod" + uid, "/sys/fs/cgroup/kubepods/*/pod" + uid} {
+		if m, _ := filepath.Glob(pattern); len(m) == 1 {
+			return m[0]
+		}
+	}
+	t.Fatalf("no cgroup for pod %s under /sys/fs/cgroup/kubepods", uid)
+	return ""
 }
 
 // zvolCount is the number of zvols in the pool: the suite's tests run one
