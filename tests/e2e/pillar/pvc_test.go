@@ -144,6 +144,13 @@ func testVolume(t *testing.T, c *cluster.Cluster, vc volumeCase) {
 	sum := podSum(t, c, ns, "writer")
 	t.Logf("the writer wrote %d MiB, sha256 %s", dataMiB, sum)
 	if !vc.block {
+		// kubectl exec runs in the writer's container, /data and all.
+		f := strings.Fields(kubectl(t, c, "exec", "-n", ns, "writer", "--", "sha256sum", "/data/blob") + " ")
+		if f[0] != sum {
+			t.Errorf("kubectl exec sha256sum /data/blob in the writer = %q, the writer logged %s", f[0], sum)
+		}
+	}
+	if !vc.block {
 		var mnt string
 		poll(t, "the writer's /data mount", time.Minute, time.Second, func() (bool, string) {
 			if m := logValues(t, c, ns, "writer", "mount"); len(m) > 0 {
@@ -261,8 +268,8 @@ func deleteClaim(t *testing.T, c *cluster.Cluster, ns, pv, volumeID string, back
 // "sum=<hex>" line (dd's statistics go to /dev/null). The writers then
 // print what they see: their /data mount ("mount=<dev> <dir> <type>") and, every 2 s, the size
 // of the volume ("size=<bytes>"), which the expansion check reads. The
-// pod reports these itself because `kubectl exec` in the lab's runtime
-// runs outside the container's root (it sees neither /data nor /dev/xvda).
+// pod reports these itself so that what it saw is in its log, read by
+// the test and kept for the record.
 const (
 	writeFileScript = `set -e; dd if=/dev/urandom of=/data/blob bs=1M count=$MIB 2>/dev/null; sync; set -- $(sha256sum /data/blob); echo "sum=$1"
 while read -r dev dir fs rest; do if [ "$dir" = /data ]; then echo "mount=$dev $dir $fs"; fi; done < /proc/mounts
