@@ -182,8 +182,9 @@ func TestExternalStorage(t *testing.T) {
 	}
 }
 
-// stubTestImages imports, under the names of the suite's busybox and
-// nginx test images, the harness's busybox image (every applet of the
+// stubTestImages imports, under the names of the suite's busybox, nginx
+// and glibc-dns-testing (the busybox-based image e2epod.MakePodSpec's pods
+// run) test images, the harness's busybox image (every applet of the
 // host's static busybox linked at its path), so that the specs' pods
 // start without a registry. The storage specs run their own commands in
 // busybox (echo, cat, head, dd, test, ls, grep, sleep), some by exec
@@ -202,12 +203,12 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 	}
 	var refs []string
 	for _, ref := range strings.Fields(string(list)) {
-		if name := imageName(ref); name == "busybox" || name == "nginx" {
+		if name := imageName(ref); name == "busybox" || name == "nginx" || name == "glibc-dns-testing" {
 			refs = append(refs, ref)
 		}
 	}
 	if len(refs) == 0 {
-		t.Fatalf("e2e.test -list-images names no busybox or nginx image:\n%s", list)
+		t.Fatalf("e2e.test -list-images names no busybox, nginx or glibc-dns-testing image:\n%s", list)
 	}
 	if err := c.ImportBusybox(ctx, refs...); err != nil {
 		t.Fatal(err)
