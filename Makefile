@@ -156,14 +156,19 @@ bench-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd ## Run the real-kerne
 	$(call BENCH_KERNEL,tests/kernel/controller,1x)
 
 .PHONY: demo
-demo: pillar-lab ## Run the data path through pillar-agent and pillar-node in the kernel lab (needs root; DEMOFLAGS=-backend=lvm for LVM)
+demo: pillar-lab images cluster-tools ## Boot a Kubernetes cluster in the kernel lab, helm install pillar-csi, bind a PVC, write and read it from pods (needs root)
+	cd tests && GOWORK=off go build -o $(BIN)/pillar-demo ./demo
+	$(BIN)/pillar-lab run -m $(E2E_MEMORY_MB) -timeout 45m -- $(BIN)/pillar-demo -root $(CURDIR)
+
+.PHONY: demo-datapath
+demo-datapath: pillar-lab ## Run the data path through pillar-agent and pillar-node alone in the kernel lab, no cluster (needs root; DEMOFLAGS=-backend=lvm for LVM)
 	$(call build-binary,pillar-agent)
 	$(call build-binary,pillar-node)
-	cd tests && GOWORK=off go build -o $(BIN)/pillar-demo ./demo
-	$(BIN)/pillar-lab run -- $(BIN)/pillar-demo -bin $(BIN) $(DEMOFLAGS)
+	cd tests && GOWORK=off go build -o $(BIN)/pillar-demo-datapath ./demo/datapath
+	$(BIN)/pillar-lab run -- $(BIN)/pillar-demo-datapath -bin $(BIN) $(DEMOFLAGS)
 
 .PHONY: check
-check: verify test test-kernel ## Everything CI runs: verify, test, test-kernel
+check: verify test test-kernel e2e-ci ## Everything CI runs: verify, test, test-kernel, e2e-ci
 
 # Benchmarks that need no VM; `make bench-kernel` runs the in-VM ones.
 BENCHFLAGS ?= -benchmem -count=1

@@ -1,4 +1,4 @@
-// Command demo runs the pillar-csi data path end to end on one real kernel,
+// Command datapath runs the pillar-csi data path end to end on one real kernel,
 // through the driver's own binaries: pillar-agent exports a ZFS zvol (or an
 // LVM LV) over NVMe/TCP, pillar-node connects, formats, stages and publishes
 // it, and the data written through the node is read back after a full
@@ -6,8 +6,9 @@
 // it issues the fencing tokens, and shows a stale token being refused.
 //
 // Storage node and worker share the lab guest's kernel over 127.0.0.1, as
-// the kernel's own NVMe-oF tests do. Run it with `make demo` (root, the
-// kernel lab); outside the lab it refuses to start.
+// the kernel's own NVMe-oF tests do. Run it with `make demo-datapath`
+// (root, the kernel lab); outside the lab it refuses to start. `make demo`
+// is the same data path in a Kubernetes cluster (tests/demo).
 package main
 
 import (
@@ -91,7 +92,7 @@ func step(format string, args ...any) { fmt.Printf("\n== "+format+"\n", args...)
 
 func (d *demo) run() error {
 	if b, _ := os.ReadFile("/proc/cmdline"); !strings.Contains(string(b), "pillar.lab=1") {
-		return errors.New("not in the kernel lab (no pillar.lab=1 on the kernel command line); run `make demo`")
+		return errors.New("not in the kernel lab (no pillar.lab=1 on the kernel command line); run `make demo-datapath`")
 	}
 	if err := os.RemoveAll(d.work); err != nil {
 		return err

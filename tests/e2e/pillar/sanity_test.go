@@ -56,10 +56,16 @@ func TestCSISanity(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	router := csisanity.StartRouter(t, t.TempDir(), "unix://"+ctrlSock, "unix://"+nodeSock, 3*time.Minute)
+	// The controller's socket path is longer than a socket address may be
+	// (108 bytes): clients connect through a short symlink to it.
+	short := filepath.Join(t.TempDir(), "controller.sock")
+	if err := os.Symlink(ctrlSock, short); err != nil {
+		t.Fatal(err)
+	}
+	router := csisanity.StartRouter(t, t.TempDir(), "unix://"+short, "unix://"+nodeSock, 3*time.Minute)
 	cfg := sanity.NewTestConfig()
 	cfg.Address = router.Endpoint
-	cfg.ControllerAddress = "unix://" + ctrlSock
+	cfg.ControllerAddress = "unix://" + short
 	cfg.TargetPath = filepath.Join(dir, "target")
 	cfg.StagingPath = filepath.Join(dir, "staging")
 	// ext4 (the class's fsType) fits in 64 MiB; a few specs hold several
