@@ -23,7 +23,11 @@ type Storage struct {
 }
 
 const (
-	zpoolFileSize = 1 << 30
+	// zpoolFileSize holds the 1 GiB claims Kubernetes' volume-expand specs
+	// make, grown by another GiB, under the store's overcommit ratio of 1
+	// (a 1 GiB pool has ~830 MiB free and refuses them, ResourceExhausted).
+	// The file is sparse: the guest's tmpfs holds only what is written.
+	zpoolFileSize = 4 << 30
 	vgFileSize    = 1 << 30
 	// thinPoolSize leaves room in vg0 for the thin pool's metadata and
 	// for LVM's resize of it.
