@@ -9,11 +9,16 @@
 // address, and pillar-node connects the kernel initiator of the same
 // kernel to them. That is how the lab proves the NVMe-oF data path.
 //
-// The tests carry the kernel build tag and run with
+// Besides the volume lifecycles, the suite restarts the storage node's
+// agent with its exports wiped while a pod writes, kills the agent and the
+// serving controller replica in the middle of a CreateVolume, runs
+// csi-sanity against the installed driver's sockets, and runs Kubernetes'
+// own external-storage e2e suite (bin/e2e.test) with
+// testdata/external-driver.yaml.
 //
-//	bin/pillar-lab test -m 3072 -timeout 60m tests/e2e/pillar -- -test.timeout 45m
-//
-// (or make e2e). TestMain boots the cluster and the storage (a zpool named
+// The tests carry the kernel build tag and run with make e2e (all of
+// them), make e2e-ci (the subset make check runs) or make e2e-full (the
+// whole external-storage suite), which boot the lab with 3 GiB. TestMain boots the cluster and the storage (a zpool named
 // tank and a volume group vg0 with the thin pool thin0, on loop devices,
 // the names deploy/examples uses) once; the first test that needs the
 // driver installs the chart and applies the examples, and every test
