@@ -202,17 +202,7 @@ func testVolume(t *testing.T, c *cluster.Cluster, vc volumeCase) {
 
 	kubectl(t, c, "delete", "pod", "-n", ns, "writer", "--wait=true", "--timeout=3m")
 	apply(t, c, pod(ns, "reader", reader, volume, vc.block))
-	// The reader exits: Failed ends the wait as well as Succeeded.
-	var phase string
-	poll(t, "the reader pod done", 5*time.Minute, 2*time.Second, func() (bool, string) {
-		out, err := c.Kubectl(ctx, nil, "get", "pod", "-n", ns, "reader", "-o", "jsonpath={.status.phase}")
-		phase = strings.TrimSpace(string(out))
-		return err == nil && (phase == "Succeeded" || phase == "Failed"), fmt.Sprintf("phase %q %v", phase, err)
-	})
-	if phase != "Succeeded" {
-		logKubectl(t, c, "logs", "-n", ns, "reader")
-		t.Fatalf("the reader pod %s", phase)
-	}
+	waitSucceeded(t, c, ns, "reader")
 	if got := podSum(t, c, ns, "reader"); got != sum {
 		t.Fatalf("a new pod reads sha256 %s, the writer wrote %s", got, sum)
 	}
@@ -304,6 +294,23 @@ spec:
   - name: data
     %s
 `, name, ns, podImage, strings.ReplaceAll(script, "$MIB", strconv.Itoa(dataMiB)), attach, vol)
+}
+
+// waitSucceeded waits until a pod that exits has ended (Failed ends the
+// wait as well as Succeeded) and fails the test, with the pod's log,
+// unless it succeeded.
+func waitSucceeded(t *testing.T, c *cluster.Cluster, ns, name string) {
+	t.Helper()
+	var phase string
+	poll(t, "the "+name+" pod done", 5*time.Minute, 2*time.Second, func() (bool, string) {
+		out, err := c.Kubectl(context.Background(), nil, "get", "pod", "-n", ns, name, "-o", "jsonpath={.status.phase}")
+		phase = strings.TrimSpace(string(out))
+		return err == nil && (phase == "Succeeded" || phase == "Failed"), fmt.Sprintf("phase %q %v", phase, err)
+	})
+	if phase != "Succeeded" {
+		logKubectl(t, c, "logs", "-n", ns, name)
+		t.Fatalf("the %s pod %s", name, phase)
+	}
 }
 
 // podSum waits for the "sum=" line in a pod's log and returns the hex.

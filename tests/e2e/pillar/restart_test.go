@@ -3,7 +3,6 @@
 package pillar_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,7 +43,6 @@ i=0; while [ -e /data/chunk.$i ]; do set -- $(sha256sum /data/chunk.$i); echo "t
 func TestStorageNodeRestart(t *testing.T) {
 	c := setup(t)
 	ns := testNamespace(t, c)
-	ctx := context.Background()
 	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "256Mi"))
 	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
 	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
@@ -121,16 +119,7 @@ func TestStorageNodeRestart(t *testing.T) {
 	// the checker must find at least every chunk seen here.
 
 	apply(t, c, pod(ns, "checker", checkerScript, volume, false))
-	var phase string
-	poll(t, "the checker pod done", 5*time.Minute, 2*time.Second, func() (bool, string) {
-		out, err := c.Kubectl(ctx, nil, "get", "pod", "-n", ns, "checker", "-o", "jsonpath={.status.phase}")
-		phase = strings.TrimSpace(string(out))
-		return err == nil && (phase == "Succeeded" || phase == "Failed"), fmt.Sprintf("phase %q %v", phase, err)
-	})
-	if phase != "Succeeded" {
-		logKubectl(t, c, "logs", "-n", ns, "checker")
-		t.Fatalf("the checker pod %s", phase)
-	}
+	waitSucceeded(t, c, ns, "checker")
 	if got := podSum(t, c, ns, "checker"); got != sum {
 		t.Errorf("the blob reads back with sha256 %s, the writer wrote %s", got, sum)
 	}
