@@ -15,6 +15,10 @@
 // feature) lacks read as zero values. ReadSubsystem and ReadExport read one
 // subsystem (ReadExport with the addresses of its ports) without walking
 // the others, for callers whose cost must not grow with the export count.
+// The reads take nothing on trust, since a tree under another root may be
+// a fixture or anything else: they never follow a symlink where a group or
+// an attribute belongs, open nothing but directories and regular files,
+// and refuse an attribute longer than any configfs attribute (EFBIG).
 //
 // An Export is the desired state of one subsystem: attributes, exactly
 // these namespaces, links to the ports listening on these addresses, and
@@ -25,12 +29,20 @@
 // *Error values carrying the operation, the path and the errno
 // (IsNotExist, IsExist, IsBusy and IsInvalid classify them).
 //
+// After a namespace's device grew, RevalidateSize makes nvmet re-read its
+// size and tell the connected initiators; nvmet does not notice by itself.
+//
 // Ports are shared: every export on the same address (transport, address
-// family, address, service ID) is linked to the same port. A new port's ID
+// family, address, service ID) is linked to the same port. Addresses are
+// compared in canonical form, in which an IPv4-mapped IPv6 address
+// (ipv6 "::ffff:192.0.2.10") is the IPv4 address it maps (ipv4
+// "192.0.2.10"): the kernel binds both to one listener. A new port's ID
 // is PreferredPortID of its address — a hash, so the same address gets the
 // same ID on every node, after every reboot and whatever the order of
 // Applies — moved to the next free ID only when another port already
-// holds it. Existing ports keep their IDs.
+// holds it. Existing ports keep their IDs. Of several ports on one address
+// (other tools may leave a disabled one next to the enabled one), the
+// enabled one is shared: only one can listen.
 //
 // # Kernel rules
 //
@@ -51,6 +63,10 @@
 //     more (EINVAL from /dev/nvme-fabrics): the longest NQN a Linux host can
 //     reach is 222 bytes, which is what ValidateNQN allows. Namespace IDs 0
 //     and 0xffffffff and port IDs above 65535 are refused (EINVAL).
+//   - Port, namespace and ANA group directory names are parsed with base 0
+//     (kstrtou16, kstrtou32): "0x10" is port 16 and "010" namespace 8.
+//     Read reports such objects by that ID, Apply converges them in place
+//     and new ones are named in decimal.
 //   - An empty write is refused before the kernel sees it (EFAULT).
 //
 // Namespaces:
@@ -96,7 +112,11 @@
 //     readlink returns a path relative to the link, four levels up from any
 //     nvmet link directory: "../../../../nvmet/hosts/<nqn>",
 //     "../../../../nvmet/subsystems/<nqn>". Read reports links by target,
-//     so links other tools named differently are understood.
+//     so links other tools named differently are understood, and Apply and
+//     Remove find and remove them by target too.
+//   - A subsystem is linked at most once per port (a second link, under
+//     any name, is EEXIST), so a link named after the subsystem that
+//     points at it is the only one on that port.
 //   - A link target cannot be removed while linked (rmdir: EBUSY); a group
 //     with children — namespaces, links, referrals, ANA groups other than
 //     the default group 1 — cannot be removed (ENOTEMPTY). Remove relies on
@@ -113,6 +133,13 @@
 //     param_inline_data_size (-1 until then) when the port is enabled.
 //   - Unlinking a subsystem tears down its controllers on that port;
 //     unlinking the last one disables the port.
+//   - nvmet-tcp parses addr_trsvcid with base 0 when the port is enabled
+//     (kstrtou16 in inet_pton_with_scope): "06123" listens on 3155 and
+//     "09123" fails the link with EINVAL. Validation therefore refuses a
+//     service ID with a leading zero.
+//   - A tcp port on ipv6 "::ffff:a.b.c.d" and one on ipv4 "a.b.c.d" with
+//     the same service ID are one listener: enabling the second fails with
+//     EADDRINUSE.
 //
 // # Concurrency
 //

@@ -38,7 +38,7 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 
 	dir := f.subsystemDir(nqn)
 	cur := Subsystem{NQN: nqn}
-	var hostLinks map[string]string
+	var names dirNames
 	fresh := false
 	switch err := f.sys.mkdir(dir); {
 	case err == nil:
@@ -47,7 +47,7 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 		fresh = true
 	case IsExist(err):
 		var ok bool
-		cur, hostLinks, ok, err = f.readForApply(want)
+		cur, names, ok, err = f.readForApply(want)
 		if err != nil {
 			return err
 		}
@@ -61,8 +61,8 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 
 	steps := []func() error{
 		func() error { return f.applySubsystemAttrs(nqn, want.Attrs, cur.Attrs, fresh) },
-		func() error { return f.applyNamespaces(nqn, want.Namespaces, cur.Namespaces) },
-		func() error { return f.applyAccess(nqn, want, cur, hostLinks, fresh) },
+		func() error { return f.applyNamespaces(nqn, want.Namespaces, cur.Namespaces, names) },
+		func() error { return f.applyAccess(nqn, want, cur, names.hosts, fresh) },
 		func() error { return f.applyPorts(nqn, want.Ports, fresh) },
 	}
 	for _, step := range steps {
@@ -79,7 +79,7 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 // applyPorts links the subsystem to a port for each wanted address and
 // unlinks it from every other port.
 func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
-	var linked []portInfo
+	var linked []portLink
 	if !fresh {
 		var err error
 		if linked, err = f.linkedPorts(nqn); err != nil {
@@ -87,7 +87,7 @@ func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
 		}
 	}
 	for _, addr := range want {
-		if slices.ContainsFunc(linked, func(p portInfo) bool { return p.addr == addr }) {
+		if slices.ContainsFunc(linked, func(p portLink) bool { return p.addr == addr }) {
 			continue
 		}
 		unlock := f.ports.lock(addr.key())
@@ -102,7 +102,7 @@ func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
 			continue
 		}
 		unlock := f.ports.lock(p.addr.key())
-		err := f.unlinkPort(nqn, p.id)
+		err := f.unlinkPort(p.name, p.link)
 		unlock()
 		if err != nil {
 			return err
@@ -114,7 +114,8 @@ func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
 // Remove deletes the subsystem nqn completely: its links from ports (and
 // each port nothing else uses any more), its allowed-host links (and each
 // host entry no other subsystem links), its namespaces and the subsystem
-// itself. Removing a subsystem that does not exist succeeds.
+// itself. Removing a subsystem that does not exist succeeds; without nvmet
+// (see NewFS) Remove fails with an IsNotExist error.
 //
 // Connected initiators lose the subsystem: dropping a port link tears down
 // the subsystem's controllers on that port.
@@ -130,7 +131,7 @@ func (f *FS) Remove(ctx context.Context, nqn string) error {
 	dir := f.subsystemDir(nqn)
 	if _, err := f.sys.readDir(dir); err != nil {
 		if IsNotExist(err) {
-			return nil
+			return f.nvmetPresent()
 		}
 		return err
 	}
@@ -143,7 +144,7 @@ func (f *FS) Remove(ctx context.Context, nqn string) error {
 	}
 	for _, p := range ports {
 		unlock := f.ports.lock(p.addr.key())
-		err := f.unlinkPort(nqn, p.id)
+		err := f.unlinkPort(p.name, p.link)
 		unlock()
 		if err != nil {
 			return err
@@ -175,46 +176,8 @@ func (f *FS) Remove(ctx context.Context, nqn string) error {
 	}
 
 	err = f.sys.rmdir(dir)
-	if IsBusy(err) {
-		// Still linked from a port under a name other than its NQN
-		// (created by another tool): find those links by target.
-		if err := f.unlinkAllPortLinks(nqn); err != nil {
-			return err
-		}
-		err = f.sys.rmdir(dir)
-	}
 	if err != nil && !IsNotExist(err) {
 		return err
-	}
-	return nil
-}
-
-// unlinkAllPortLinks removes every port link whose target is the subsystem,
-// whatever the link is named.
-func (f *FS) unlinkAllPortLinks(nqn string) error {
-	ports, err := f.scanPorts()
-	if err != nil {
-		return err
-	}
-	for _, p := range ports {
-		links, err := f.readLinks(f.portDir(p.id)+"/subsystems", "subsystems")
-		if err != nil && !IsNotExist(err) {
-			return err
-		}
-		for _, l := range links {
-			if l.target != nqn {
-				continue
-			}
-			unlock := f.ports.lock(p.addr.key())
-			err := f.sys.unlink(f.portDir(p.id) + "/subsystems/" + l.name)
-			if err == nil || IsNotExist(err) {
-				err = f.removeIfUnused(f.portDir(p.id))
-			}
-			unlock()
-			if err != nil {
-				return err
-			}
-		}
 	}
 	return nil
 }

@@ -361,7 +361,7 @@ func TestPortIDCollisionMovesToNextFreeID(t *testing.T) {
 	sim, fs := newKernelSim(t)
 	// Another tool holds the preferred ID with a different address.
 	id := PreferredPortID(tcp4420)
-	if err := sim.mkdir(fs.portDir(id)); err != nil {
+	if err := sim.mkdir(fs.portDir(uitoa(uint64(id)))); err != nil {
 		t.Fatal(err)
 	}
 	mustApply(t, fs, fullExport(t, 1))
@@ -403,16 +403,16 @@ func TestRemoveFindsLinksNamedByOtherTools(t *testing.T) {
 	mustApply(t, fs, e)
 	// Another tool linked the subsystem from a second port under a name
 	// of its own.
-	id := uint16(9)
-	if err := sim.mkdir(fs.portDir(id)); err != nil {
+	port := fs.portDir("9")
+	if err := sim.mkdir(port); err != nil {
 		t.Fatal(err)
 	}
 	for name, v := range map[string]string{"addr_trtype": "tcp", "addr_adrfam": "ipv4", "addr_traddr": "127.0.0.2", "addr_trsvcid": "4420"} {
-		if err := sim.writeAttr(fs.portDir(id)+"/"+name, v); err != nil {
+		if err := sim.writeAttr(port+"/"+name, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := sim.symlink(fs.subsystemDir(e.NQN), fs.portDir(id)+"/subsystems/custom-name"); err != nil {
+	if err := sim.symlink(fs.subsystemDir(e.NQN), port+"/subsystems/custom-name"); err != nil {
 		t.Fatal(err)
 	}
 	if got := mustRead(t, fs).Ports; len(got) != 2 || got[1].Subsystems[0] != e.NQN {
@@ -503,4 +503,139 @@ func TestKernelErrorsSurfaceWithPath(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Op != "write" || !strings.HasSuffix(ce.Path, "/namespaces/1/enable") {
 		t.Fatalf("error %#v does not name the enable write", err)
 	}
+}
+
+// foreignPort makes ports/<name> on addr in the simulator, as another tool
+// would.
+func foreignPort(t *testing.T, sim *kernelSim, fs *FS, name string, addr Address) string {
+	t.Helper()
+	dir := fs.portDir(name)
+	if err := sim.mkdir(dir); err != nil {
+		t.Fatal(err)
+	}
+	for attr, v := range map[string]string{"addr_trtype": addr.TrType, "addr_adrfam": addr.AdrFam, "addr_traddr": addr.TrAddr, "addr_trsvcid": addr.TrSvcID} {
+		if err := sim.writeAttr(dir+"/"+attr, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestNonDecimalNames(t *testing.T) {
+	sim, fs := newKernelSim(t)
+	e := fullExport(t, 1)
+	// Another tool's port 0x10 on the export's address, and a namespace
+	// 0x1 of the export's subsystem.
+	p := foreignPort(t, sim, fs, "0x10", tcp4420)
+	for _, d := range []string{fs.subsystemDir(e.NQN), fs.namespaceDir(e.NQN, "0x1"), fs.namespaceDir(e.NQN, "0x7")} {
+		if err := sim.mkdir(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sim.mkdir(p + "/ana_groups/0x2"); err != nil {
+		t.Fatal(err)
+	}
+	st := mustRead(t, fs)
+	if len(st.Ports) != 1 || st.Ports[0].ID != 16 || st.Ports[0].Address != tcp4420 || len(st.Ports[0].ANAGroups) != 2 || st.Ports[0].ANAGroups[1].ID != 2 {
+		t.Errorf("port 0x10 read as %+v", st.Ports)
+	}
+	if sub, _ := st.Subsystem(e.NQN); len(sub.Namespaces) != 2 || sub.Namespaces[0].NSID != 1 || sub.Namespaces[1].NSID != 7 {
+		t.Errorf("namespaces 0x1 and 0x7 read as %+v", sub.Namespaces)
+	}
+
+	mustApply(t, fs, e)
+	checkReadBack(t, fs, e)
+	st = mustRead(t, fs)
+	if len(st.Ports) != 1 || st.Ports[0].ID != 16 {
+		t.Errorf("Apply did not share port 0x10: %+v", st.Ports)
+	}
+	ents, err := os.ReadDir(fs.subsystemDir(e.NQN) + "/namespaces")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range ents {
+		names = append(names, d.Name())
+	}
+	// fullExport lists NSID 1 only: 0x1 is converged in place, 0x7
+	// removed.
+	if !slices.Equal(names, []string{"0x1"}) {
+		t.Errorf("namespace directories after Apply: %v", names)
+	}
+	if err := fs.Remove(context.Background(), e.NQN); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDuplicateNSIDDirectoryIsRemoved(t *testing.T) {
+	sim, fs := newKernelSim(t)
+	e := fullExport(t, 1)
+	mustApply(t, fs, e)
+	// Another tool added 0x1, a second directory for NSID 1.
+	if err := sim.mkdir(fs.namespaceDir(e.NQN, "0x1")); err != nil {
+		t.Fatal(err)
+	}
+	sim.mutations()
+	mustApply(t, fs, e)
+	if diff := cmp.Diff([]string{"rmdir subsystems/" + e.NQN + "/namespaces/0x1"}, sim.mutations()); diff != "" {
+		t.Errorf("operations (-want +got):\n%s", diff)
+	}
+	checkReadBack(t, fs, e)
+}
+
+// foreignEnabledPort is foreignPort with another tool's subsystem linked,
+// which enables it.
+func foreignEnabledPort(t *testing.T, sim *kernelSim, fs *FS, name string, addr Address) string {
+	t.Helper()
+	dir := foreignPort(t, sim, fs, name, addr)
+	other := fs.subsystemDir("nqn.2024-01.io.example:other-tool")
+	if err := sim.mkdir(other); err != nil && !IsExist(err) {
+		t.Fatal(err)
+	}
+	if err := sim.symlink(other, dir+"/subsystems/other"); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestApplySharesForeignPortZero(t *testing.T) {
+	sim, fs := newKernelSim(t)
+	foreignEnabledPort(t, sim, fs, "0", tcp4420)
+	e := fullExport(t, 1)
+	mustApply(t, fs, e)
+	checkReadBack(t, fs, e)
+	if st := mustRead(t, fs); len(st.Ports) != 1 || st.Ports[0].ID != 0 || len(st.Ports[0].Subsystems) != 2 {
+		t.Errorf("ports = %+v, want port 0 shared", st.Ports)
+	}
+}
+
+func TestApplyPrefersTheEnabledPortOfAnAddress(t *testing.T) {
+	sim, fs := newKernelSim(t)
+	foreignPort(t, sim, fs, "100", tcp4420) // disabled, first in name order
+	foreignEnabledPort(t, sim, fs, "200", tcp4420)
+	e := fullExport(t, 1)
+	mustApply(t, fs, e)
+	checkReadBack(t, fs, e)
+	for _, p := range mustRead(t, fs).Ports {
+		if linked := slices.Contains(p.Subsystems, e.NQN); linked != (p.ID == 200) {
+			t.Errorf("port %d: linked %v; want the export on port 200 only", p.ID, linked)
+		}
+	}
+}
+
+func TestApplyRemovesUnlistedPortLinkUnderAnotherName(t *testing.T) {
+	sim, fs := newKernelSim(t)
+	e := fullExport(t, 1)
+	mustApply(t, fs, e)
+	p := foreignPort(t, sim, fs, "300", tcp4421)
+	if err := sim.symlink(fs.subsystemDir(e.NQN), p+"/subsystems/legacy-link"); err != nil {
+		t.Fatal(err)
+	}
+	sim.mutations()
+	mustApply(t, fs, e)
+	want := []string{"unlink ports/300/subsystems/legacy-link", "rmdir ports/300"}
+	if diff := cmp.Diff(want, sim.mutations()); diff != "" {
+		t.Errorf("operations (-want +got):\n%s", diff)
+	}
+	checkReadBack(t, fs, e)
 }

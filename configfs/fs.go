@@ -29,7 +29,9 @@ type FS struct {
 
 // NewFS returns an FS for the configfs mounted at root ("" means
 // DefaultRoot). It does not touch the filesystem: a missing nvmet directory
-// (nvmet not loaded) surfaces as an IsNotExist error from the first call.
+// (nvmet not loaded) surfaces as an IsNotExist error from every call that
+// reads or writes the tree (Read, ReadSubsystem, ReadExport, Apply, Remove),
+// including those that would otherwise report a subsystem as absent.
 func NewFS(root string) *FS {
 	return newFS(root, realSys{})
 }
@@ -53,18 +55,20 @@ func (f *FS) portsDir() string               { return f.nvmet + "/ports" }
 func (f *FS) hostsDir() string               { return f.nvmet + "/hosts" }
 func (f *FS) subsystemDir(nqn string) string { return f.nvmet + "/subsystems/" + nqn }
 func (f *FS) hostDir(nqn string) string      { return f.nvmet + "/hosts/" + nqn }
-func (f *FS) portDir(id uint16) string       { return f.nvmet + "/ports/" + uitoa(uint64(id)) }
+func (f *FS) portDir(name string) string     { return f.nvmet + "/ports/" + name }
 
-func (f *FS) namespaceDir(nqn string, nsid uint32) string {
-	return f.subsystemDir(nqn) + "/namespaces/" + uitoa(uint64(nsid))
+// namespaceDir is the directory of a namespace; name is its directory
+// name, which is the decimal NSID for namespaces Apply makes.
+func (f *FS) namespaceDir(nqn, name string) string {
+	return f.subsystemDir(nqn) + "/namespaces/" + name
 }
 
 func (f *FS) allowedHostLink(nqn, host string) string {
 	return f.subsystemDir(nqn) + "/allowed_hosts/" + host
 }
 
-func (f *FS) portSubsystemLink(id uint16, nqn string) string {
-	return f.portDir(id) + "/subsystems/" + nqn
+func (f *FS) portSubsystemLink(port, nqn string) string {
+	return f.portDir(port) + "/subsystems/" + nqn
 }
 
 func uitoa(v uint64) string {

@@ -132,12 +132,12 @@ func (k *kernelSim) mkdir(path string) error {
 			return &Error{Op: "mkdir", Path: path, Err: syscall.EINVAL}
 		}
 	case "namespace":
-		n, err := strconv.ParseUint(p[3], 0, 32)
+		n, err := parseID(p[3], 32)
 		if err != nil || n == 0 || n == nsidAll {
 			return &Error{Op: "mkdir", Path: path, Err: syscall.EINVAL}
 		}
 	case "port":
-		if _, err := strconv.ParseUint(p[1], 0, 16); err != nil {
+		if _, err := parseID(p[1], 16); err != nil {
 			return &Error{Op: "mkdir", Path: path, Err: syscall.EINVAL}
 		}
 	case "host", "referral", "anagroup":
@@ -372,6 +372,10 @@ func (k *kernelSim) writeAttr(path, value string) error {
 			}
 		case "buffered_io":
 			if enabled {
+				return fail(syscall.EINVAL)
+			}
+		case "revalidate_size":
+			if !enabled {
 				return fail(syscall.EINVAL)
 			}
 		}

@@ -3,6 +3,7 @@ package configfs
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // State is everything under <root>/nvmet, as Read returns it. Slices are
@@ -44,6 +45,8 @@ type Subsystem struct {
 
 // Namespace is subsystems/<nqn>/namespaces/<nsid>.
 type Namespace struct {
+	// NSID is the directory name, parsed as the kernel parses it: a
+	// namespace another tool named "0x10" has NSID 16.
 	NSID uint32
 	// DevicePath is a block device or a regular file (nvmet falls back to
 	// its file backend when the path is not a block device).
@@ -83,8 +86,9 @@ func (a Address) key() string {
 
 // Port is one directory under nvmet/ports.
 type Port struct {
-	// ID is the directory name, the port ID initiators see in the
-	// discovery log.
+	// ID is the port ID initiators see in the discovery log: the
+	// directory name, parsed as the kernel parses it (see parseID), so
+	// a port another tool named "0x10" has ID 16.
 	ID      uint16
 	Address Address
 	// TReq is addr_treq ("not specified", "required", "not required").
@@ -199,7 +203,23 @@ func formatBool(b bool) string {
 	return "0"
 }
 
-func parseUint16(v string) (uint16, error) {
-	n, err := strconv.ParseUint(v, 10, 16)
-	return uint16(n), err
+// parseID parses the name of a port, namespace or ANA group directory as
+// nvmet does when the directory is made (kstrtou16 and kstrtou32 with base
+// 0): an optional "+", then "0x" or "0X" and hex digits, a "0" and octal
+// digits, or decimal digits, and at most one trailing newline. Other tools
+// may name a port "0x10" or a namespace "010"; to the kernel, and so to
+// Read and Apply, those are port 16 and namespace 8.
+func parseID(name string, bits int) (uint64, error) {
+	s := strings.TrimPrefix(name, "+")
+	s = strings.TrimSuffix(s, "\n")
+	base := 10
+	switch {
+	case len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') && isHex(s[2]):
+		base, s = 16, s[2:]
+	case len(s) > 1 && s[0] == '0':
+		base = 8
+	}
+	// With an explicit base, ParseUint takes neither a sign, a prefix
+	// nor underscores, just as the kernel's _parse_integer.
+	return strconv.ParseUint(s, base, bits)
 }

@@ -2,13 +2,22 @@ package configfs
 
 // applyNamespaces makes the subsystem's namespaces equal to want (sorted by
 // NSID): new ones are created, changed ones rewritten, others removed.
-func (f *FS) applyNamespaces(nqn string, want, cur []Namespace) error {
+// names gives the directory of each current namespace.
+func (f *FS) applyNamespaces(nqn string, want, cur []Namespace, names dirNames) error {
+	// A directory repeating an NSID goes first: it may hold the NSID
+	// enabled, and the kernel refuses to enable a second namespace with
+	// the same NSID.
+	for _, name := range names.extraNamespaces {
+		if err := f.sys.rmdir(f.namespaceDir(nqn, name)); err != nil && !IsNotExist(err) {
+			return err
+		}
+	}
 	have := make(map[uint32]*Namespace, len(cur))
 	for i := range cur {
 		have[cur[i].NSID] = &cur[i]
 	}
 	for _, ns := range want {
-		if err := f.applyNamespace(nqn, ns, have[ns.NSID]); err != nil {
+		if err := f.applyNamespace(nqn, names.nsDir(ns.NSID), ns, have[ns.NSID]); err != nil {
 			return err
 		}
 		delete(have, ns.NSID)
@@ -19,22 +28,23 @@ func (f *FS) applyNamespaces(nqn string, want, cur []Namespace) error {
 		}
 		// rmdir of an enabled namespace is allowed: its release
 		// callback disables it first (nvmet_ns_free).
-		if err := f.sys.rmdir(f.namespaceDir(nqn, c.NSID)); err != nil && !IsNotExist(err) {
+		if err := f.sys.rmdir(f.namespaceDir(nqn, names.nsDir(c.NSID))); err != nil && !IsNotExist(err) {
 			return err
 		}
 	}
 	return nil
 }
 
-// applyNamespace converges one namespace. cur is nil when it does not exist.
+// applyNamespace converges one namespace, in namespaces/<name>. cur is nil
+// when it does not exist.
 //
 // device_path, device_uuid and device_nguid refuse writes while the
 // namespace is enabled (EBUSY), and buffered_io too (EINVAL), so changing
 // any of them on an enabled namespace disables it for the duration of the
 // writes. ana_grpid can change while enabled. Nothing is written when
 // nothing differs, so an identical Apply leaves I/O undisturbed.
-func (f *FS) applyNamespace(nqn string, want Namespace, cur *Namespace) error {
-	dir := f.namespaceDir(nqn, want.NSID)
+func (f *FS) applyNamespace(nqn, name string, want Namespace, cur *Namespace) error {
+	dir := f.namespaceDir(nqn, name)
 	if cur == nil {
 		err := f.sys.mkdir(dir)
 		switch {

@@ -2,10 +2,12 @@ package configfs
 
 import (
 	"context"
+	"errors"
 	"path"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Read lists everything under <root>/nvmet: subsystems with their
@@ -54,7 +56,7 @@ func (f *FS) Read(ctx context.Context) (*State, error) {
 }
 
 // ReadSubsystem reads one subsystem. The boolean is false when it does not
-// exist.
+// exist; without nvmet (see NewFS) the error is an IsNotExist error.
 func (f *FS) ReadSubsystem(ctx context.Context, nqn string) (Subsystem, bool, error) {
 	if err := ValidateNQN(nqn); err != nil {
 		return Subsystem{}, false, err
@@ -62,14 +64,33 @@ func (f *FS) ReadSubsystem(ctx context.Context, nqn string) (Subsystem, bool, er
 	if err := ctx.Err(); err != nil {
 		return Subsystem{}, false, err
 	}
-	return f.readSubsystem(nqn)
+	sub, ok, err := f.readSubsystem(nqn)
+	if err == nil && !ok {
+		err = f.nvmetPresent()
+	}
+	return sub, ok, err
+}
+
+// nvmetPresent returns nil when the nvmet tree exists and an IsNotExist
+// error when it does not (nvmet not loaded, or a root that is not a
+// configfs mount). Calls that find an object absent check it, so that "no
+// such subsystem" is never reported for "no nvmet at all": a caller
+// removing an export on a node where nvmet is not loaded must not believe
+// it succeeded. It runs only on that path, so the common calls pay nothing.
+func (f *FS) nvmetPresent() error {
+	_, err := f.sys.readDir(f.nvmet)
+	if err != nil && !IsNotExist(err) {
+		return nil // the tree is there; the error is not about its absence
+	}
+	return err
 }
 
 // ReadExport reads the export of one subsystem, as State.Export reports
 // it: the subsystem and the addresses of the ports it is linked to. It
 // reads that subsystem and the ports (a node has few) but none of the
 // other subsystems, so its cost does not grow with the number of exports.
-// The boolean is false when the subsystem does not exist.
+// The boolean is false when the subsystem does not exist; without nvmet
+// (see NewFS) the error is an IsNotExist error.
 func (f *FS) ReadExport(ctx context.Context, nqn string) (Export, bool, error) {
 	sub, ok, err := f.ReadSubsystem(ctx, nqn)
 	if err != nil || !ok {
@@ -95,12 +116,12 @@ func (f *FS) readAllPorts(ctx context.Context) ([]Port, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		id, err := parseUint16(name)
+		id, err := parseID(name, 16)
 		if err != nil {
 			// nvmet only accepts u16 names; anything else is not a port.
 			continue
 		}
-		p, ok, err := f.readPort(id)
+		p, ok, err := f.readPort(name, uint16(id))
 		if err != nil {
 			return nil, err
 		}
@@ -120,10 +141,13 @@ type attrSet struct {
 	err   error
 }
 
-// openAttrs lists dir. ok is false when dir does not exist (any more).
+// openAttrs lists dir. ok is false when dir does not exist (any more), or
+// is not a directory at all: a name a listing would not report as an
+// object (a file, or a symlink, which readDir never follows and opens as
+// ENOTDIR) is no object for the calls that name it directly either.
 func (f *FS) openAttrs(dir string) (a *attrSet, ents []dirEntry, ok bool, err error) {
 	ents, err = f.sys.readDir(dir)
-	if IsNotExist(err) {
+	if IsNotExist(err) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ELOOP) {
 		return nil, nil, false, nil
 	}
 	if err != nil {
@@ -131,7 +155,7 @@ func (f *FS) openAttrs(dir string) (a *attrSet, ents []dirEntry, ok bool, err er
 	}
 	a = &attrSet{sys: f.sys, dir: dir, names: map[string]bool{}}
 	for _, e := range ents {
-		if !e.dir && !e.link {
+		if e.file {
 			a.names[e.name] = true
 		}
 	}
@@ -234,7 +258,7 @@ func (f *FS) readSubsystemLinks(nqn string) (Subsystem, map[string]string, bool,
 		return Subsystem{}, nil, false, ignoreNotExist(err)
 	}
 	for _, name := range nsids {
-		nsid, err := strconv.ParseUint(name, 10, 32)
+		nsid, err := parseID(name, 32)
 		if err != nil {
 			continue
 		}
@@ -293,8 +317,9 @@ func (f *FS) readAddress(a *attrSet) Address {
 	}
 }
 
-func (f *FS) readPort(id uint16) (Port, bool, error) {
-	dir := f.portDir(id)
+// readPort reads ports/<name>, whose ID the caller parsed from name.
+func (f *FS) readPort(name string, id uint16) (Port, bool, error) {
+	dir := f.portDir(name)
 	a, _, ok, err := f.openAttrs(dir)
 	if !ok || err != nil {
 		return Port{}, false, err
@@ -343,7 +368,7 @@ func (f *FS) readPort(id uint16) (Port, bool, error) {
 		return Port{}, false, err
 	}
 	for _, name := range groups {
-		gid, err := strconv.ParseUint(name, 10, 32)
+		gid, err := parseID(name, 32)
 		if err != nil {
 			continue
 		}
@@ -431,13 +456,19 @@ func (f *FS) readLinks(dir, parentKind string) ([]link, error) {
 		if err != nil {
 			return nil, err
 		}
-		l := link{name: e.name, target: e.name}
-		if d, b := path.Split(path.Clean(target)); b != "" && path.Base(d) == parentKind {
-			l.target = b
-		}
-		out = append(out, l)
+		out = append(out, link{name: e.name, target: linkTarget(e.name, target, parentKind)})
 	}
 	return out, nil
+}
+
+// linkTarget returns the name of the object a link points to, from what
+// readlink returned: the last element when the one before it is parentKind,
+// else (a fixture tree, not configfs) the link's own name.
+func linkTarget(name, target, parentKind string) string {
+	if d, b := path.Split(path.Clean(target)); b != "" && path.Base(d) == parentKind {
+		return b
+	}
+	return name
 }
 
 // gone reports whether dir no longer exists, to tell an object removed

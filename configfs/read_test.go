@@ -172,11 +172,29 @@ func TestReadFixture(t *testing.T) {
 	}
 }
 
-func TestReadWithoutNvmet(t *testing.T) {
+// TestWithoutNvmet holds NewFS to its documentation: on a root without
+// nvmet every call that touches the tree fails with IsNotExist.
+func TestWithoutNvmet(t *testing.T) {
 	// nvmet not loaded: configfs is mounted but has no nvmet directory.
-	_, err := NewFS(t.TempDir()).Read(context.Background())
+	fs := NewFS(t.TempDir())
+	ctx := context.Background()
+	const nqn = "nqn.2014-08.org.example:vol"
+	_, err := fs.Read(ctx)
 	if !IsNotExist(err) {
-		t.Fatalf("Read = %v, want a not-exist error", err)
+		t.Errorf("Read = %v, want a not-exist error", err)
+	}
+	if _, ok, err := fs.ReadSubsystem(ctx, nqn); ok || !IsNotExist(err) {
+		t.Errorf("ReadSubsystem = %v, %v; want a not-exist error", ok, err)
+	}
+	if _, ok, err := fs.ReadExport(ctx, nqn); ok || !IsNotExist(err) {
+		t.Errorf("ReadExport = %v, %v; want a not-exist error", ok, err)
+	}
+	e := Export{NQN: nqn, Namespaces: []Namespace{{NSID: 1, DevicePath: "/dev/a"}}, Ports: []Address{tcp4420}}
+	if err := fs.Apply(ctx, e); !IsNotExist(err) {
+		t.Errorf("Apply = %v, want a not-exist error", err)
+	}
+	if err := fs.Remove(ctx, nqn); !IsNotExist(err) {
+		t.Errorf("Remove = %v, want a not-exist error", err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package configfs
 
 import (
-	"strconv"
 	"strings"
 )
 
@@ -88,26 +87,50 @@ func (f *FS) applyCntlIDs(dir string, want, cur SubsystemAttrs, fresh bool) erro
 	return nil
 }
 
+// dirNames are the names of the links and directories of a subsystem Apply
+// must address, which other tools may have chosen otherwise than Apply
+// does.
+type dirNames struct {
+	// hosts maps each allowed host to the name of its link under
+	// allowed_hosts.
+	hosts map[string]string
+	// namespaces maps each NSID to the name of its directory: the kernel
+	// takes "0x10" and "16" alike as namespace 16.
+	namespaces map[uint32]string
+	// extraNamespaces are directories that repeat the NSID of another
+	// directory (the one namespaces names); they are removed.
+	extraNamespaces []string
+}
+
+// nsDir returns the directory name of namespace nsid: the one found, or the
+// decimal NSID for a namespace still to be made.
+func (d dirNames) nsDir(nsid uint32) string {
+	if name, ok := d.namespaces[nsid]; ok {
+		return name
+	}
+	return uitoa(uint64(nsid))
+}
+
 // readForApply reads what Apply compares for want and nothing more: every
 // attribute read costs three system calls, and an identical re-Apply is
 // made of nothing but reads. Attributes want leaves at zero are not read
 // (and stay zero in the result); namespaces want does not list are only
 // named, for removal. ok is false when the subsystem does not exist.
-func (f *FS) readForApply(want Export) (cur Subsystem, hostLinks map[string]string, ok bool, err error) {
+func (f *FS) readForApply(want Export) (cur Subsystem, names dirNames, ok bool, err error) {
 	dir := f.subsystemDir(want.NQN)
 	cur.NQN = want.NQN
 	// attr_allow_any_host exists on every kernel and is always needed; its
 	// absence means the subsystem is gone.
 	v, err := f.sys.readAttr(dir + "/attr_allow_any_host")
 	if IsNotExist(err) {
-		return cur, nil, false, nil
+		return cur, names, false, nil
 	}
 	if err != nil {
-		return cur, nil, false, err
+		return cur, names, false, err
 	}
 	a := f.probeAttrs(dir)
 	if cur.Attrs.AllowAnyHost, err = parseBool(strings.TrimSuffix(v, "\n")); err != nil {
-		return cur, nil, false, &Error{Op: "parse", Path: dir + "/attr_allow_any_host", Err: err}
+		return cur, names, false, &Error{Op: "parse", Path: dir + "/attr_allow_any_host", Err: err}
 	}
 	w := want.Attrs
 	if w.Version != "" {
@@ -128,42 +151,60 @@ func (f *FS) readForApply(want Export) (cur Subsystem, hostLinks map[string]stri
 	}
 	cur.Attrs.PIEnable = a.boolean("attr_pi_enable")
 	if a.err != nil {
-		return cur, nil, false, a.err
+		return cur, names, false, a.err
 	}
 
-	names, err := f.listDirs(dir + "/namespaces")
+	nsNames, err := f.listDirs(dir + "/namespaces")
 	if err != nil {
-		return cur, nil, false, err
+		return cur, names, false, err
 	}
 	wanted := make(map[uint32]Namespace, len(want.Namespaces))
 	for _, ns := range want.Namespaces {
 		wanted[ns.NSID] = ns
 	}
-	for _, name := range names {
-		nsid, err := strconv.ParseUint(name, 10, 32)
+	names.namespaces = make(map[uint32]string, len(nsNames))
+	for _, name := range nsNames {
+		n, err := parseID(name, 32)
 		if err != nil {
 			continue
 		}
-		w, ok := wanted[uint32(nsid)]
+		nsid := uint32(n)
+		if other, dup := names.namespaces[nsid]; dup {
+			// Two directories for one NSID: keep the one named as
+			// Apply names it, else the first in name order.
+			if name == uitoa(n) {
+				names.namespaces[nsid], name = name, other
+			}
+			names.extraNamespaces = append(names.extraNamespaces, name)
+			continue
+		}
+		names.namespaces[nsid] = name
+	}
+	for _, name := range nsNames {
+		n, err := parseID(name, 32)
+		if err != nil || names.namespaces[uint32(n)] != name {
+			continue
+		}
+		w, ok := wanted[uint32(n)]
 		if !ok {
-			cur.Namespaces = append(cur.Namespaces, Namespace{NSID: uint32(nsid)})
+			cur.Namespaces = append(cur.Namespaces, Namespace{NSID: uint32(n)})
 			continue
 		}
 		ns, err := f.readNamespaceForApply(dir+"/namespaces/"+name, w)
 		if err != nil {
-			return cur, nil, false, err
+			return cur, names, false, err
 		}
 		cur.Namespaces = append(cur.Namespaces, ns)
 	}
 
 	links, err := f.readLinks(dir+"/allowed_hosts", "hosts")
 	if err != nil {
-		return cur, nil, false, err
+		return cur, names, false, err
 	}
-	hostLinks = make(map[string]string, len(links))
+	names.hosts = make(map[string]string, len(links))
 	for _, l := range links {
 		cur.AllowedHosts = append(cur.AllowedHosts, l.target)
-		hostLinks[l.target] = l.name
+		names.hosts[l.target] = l.name
 	}
-	return cur, hostLinks, true, nil
+	return cur, names, true, nil
 }

@@ -17,12 +17,21 @@ type sysOps interface {
 }
 
 // dirEntry is one name in a configfs directory: a group (directory), an
-// attribute (regular file) or a link.
+// attribute (regular file) or a link. configfs has nothing else; an entry
+// of another type (a named pipe or a device node in a fixture tree) is
+// none of the three and is never opened.
 type dirEntry struct {
 	name string
 	dir  bool
+	file bool
 	link bool
 }
+
+// maxAttrRead bounds what readAttr returns. A configfs attribute shows at
+// most one page (the largest page Linux uses is 64 KiB); a longer file is
+// not a configfs attribute, and reading it whole (a sparse file of
+// gigabytes in a fixture tree) would only exhaust memory.
+const maxAttrRead = 64 << 10
 
 func pathErr(op, path string, err error) error {
 	if err == nil {

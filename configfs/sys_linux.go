@@ -46,10 +46,19 @@ func (realSys) readlink(path string) (string, error) {
 	}
 }
 
+// noFollow is in the flags of every open. configfs groups and attributes
+// are never symlinks, and the links configfs has (allowed_hosts, a port's
+// subsystems) are only ever read with readlink; so a symlink where a group
+// or an attribute belongs is not configfs, and following it could read
+// anything on the machine (the open fails instead: ELOOP, or ENOTDIR with
+// O_DIRECTORY). O_NONBLOCK, which configfs ignores, keeps a named pipe in a
+// fixture tree from blocking the open.
+const noFollow = unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+
 // readDir lists a directory with getdents64 on a raw descriptor; configfs
 // fills in d_type, so no entry needs a stat.
 func (realSys) readDir(path string) ([]dirEntry, error) {
-	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_DIRECTORY|noFollow)
 	if err != nil {
 		return nil, pathErr("open", path, err)
 	}
@@ -80,6 +89,7 @@ func fillUnknownTypes(dir string, ents []dirEntry, unknown []int) {
 		var st unix.Stat_t
 		if unix.Lstat(dir+"/"+ents[i].name, &st) == nil {
 			ents[i].dir = st.Mode&unix.S_IFMT == unix.S_IFDIR
+			ents[i].file = st.Mode&unix.S_IFMT == unix.S_IFREG
 			ents[i].link = st.Mode&unix.S_IFMT == unix.S_IFLNK
 		}
 	}
@@ -102,14 +112,14 @@ func parseDirents(b []byte, out []dirEntry, unknown []int) ([]dirEntry, []int) {
 			if typ == unix.DT_UNKNOWN {
 				unknown = append(unknown, len(out))
 			}
-			out = append(out, dirEntry{name: s, dir: typ == unix.DT_DIR, link: typ == unix.DT_LNK})
+			out = append(out, dirEntry{name: s, dir: typ == unix.DT_DIR, file: typ == unix.DT_REG, link: typ == unix.DT_LNK})
 		}
 	}
 	return out, unknown
 }
 
 func (realSys) readAttr(path string) (string, error) {
-	fd, err := openRetry(path, unix.O_RDONLY|unix.O_CLOEXEC)
+	fd, err := openRetry(path, unix.O_RDONLY|noFollow)
 	if err != nil {
 		return "", pathErr("open", path, err)
 	}
@@ -129,12 +139,15 @@ func (realSys) readAttr(path string) (string, error) {
 		if n == 0 {
 			return string(out), nil
 		}
+		if len(out)+n > maxAttrRead {
+			return "", pathErr("read", path, unix.EFBIG)
+		}
 		out = append(out, buf[:n]...)
 	}
 }
 
 func (realSys) writeAttr(path, value string) error {
-	fd, err := openRetry(path, unix.O_WRONLY|unix.O_CLOEXEC)
+	fd, err := openRetry(path, unix.O_WRONLY|noFollow)
 	if err != nil {
 		return pathErr("open", path, err)
 	}

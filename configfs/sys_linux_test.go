@@ -22,12 +22,12 @@ func TestParseDirents(t *testing.T) {
 		name string
 		typ  byte
 	}{{".", unix.DT_DIR}, {"..", unix.DT_DIR}, {"attr_model", unix.DT_REG}, {"namespaces", unix.DT_DIR},
-		{"nqn.2014-08.org.example:h", unix.DT_LNK}, {"odd", unix.DT_UNKNOWN}} {
+		{"nqn.2014-08.org.example:h", unix.DT_LNK}, {"odd", unix.DT_UNKNOWN}, {"pipe", unix.DT_FIFO}} {
 		buf = append(buf, dirent(d.name, d.typ)...)
 	}
 	got, unknown := parseDirents(buf, nil, nil)
-	want := []dirEntry{{name: "attr_model"}, {name: "namespaces", dir: true},
-		{name: "nqn.2014-08.org.example:h", link: true}, {name: "odd"}}
+	want := []dirEntry{{name: "attr_model", file: true}, {name: "namespaces", dir: true},
+		{name: "nqn.2014-08.org.example:h", link: true}, {name: "odd"}, {name: "pipe"}}
 	if len(got) != len(want) || len(unknown) != 1 || unknown[0] != 3 {
 		t.Fatalf("parseDirents = %+v, unknown %v", got, unknown)
 	}

@@ -217,8 +217,8 @@ func parseVersion(v string) (string, error) {
 }
 
 // normalizeAddress validates a port address and returns it in canonical form
-// (IP literals as net/netip prints them), which is also what port identity
-// is compared on.
+// (IP literals as net/netip prints them, IPv4-mapped IPv6 addresses as the
+// IPv4 address they are), which is also what port identity is compared on.
 func normalizeAddress(field string, a Address) (Address, error) {
 	if !slices.Contains(trTypes, a.TrType) {
 		return a, invalidf(field+".TrType", "%q is not one of %v", a.TrType, trTypes)
@@ -250,9 +250,21 @@ func normalizeAddress(field string, a Address) (Address, error) {
 	case a.AdrFam != "ipv4" && a.AdrFam != "ipv6":
 		return a, invalidf(field+".AdrFam", "%q: transport %s needs ipv4 or ipv6", a.AdrFam, a.TrType)
 	}
+	if a.AdrFam == "ipv6" && ip.Is4In6() {
+		// A socket bound to ::ffff:a.b.c.d is bound to a.b.c.d: the
+		// two spellings are one listener (the second port to enable
+		// would fail with EADDRINUSE), so they are one port here too.
+		a.AdrFam, ip = "ipv4", ip.Unmap()
+	}
 	a.TrAddr = ip.String()
 	if p, err := strconv.ParseUint(a.TrSvcID, 10, 16); err != nil || p == 0 || !isDigits(a.TrSvcID) {
 		return a, invalidf(field+".TrSvcID", "%q is not a port number from 1 to 65535", a.TrSvcID)
+	}
+	// The transports parse trsvcid with kstrtou16(s, 0) when the port is
+	// enabled (inet_pton_with_scope): a leading zero makes it octal, so
+	// "06123" listens on 3155 and "09123" fails the link with EINVAL.
+	if a.TrSvcID[0] == '0' {
+		return a, invalidf(field+".TrSvcID", "%q has a leading zero, which the kernel reads as octal", a.TrSvcID)
 	}
 	return a, nil
 }

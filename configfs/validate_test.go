@@ -68,6 +68,7 @@ func TestNormalizeExport(t *testing.T) {
 		Ports: []Address{
 			{TrType: "tcp", AdrFam: "ipv6", TrAddr: "FD00:0::1", TrSvcID: "4420"},
 			{TrType: "tcp", AdrFam: "ipv4", TrAddr: "192.0.2.1", TrSvcID: "4420"},
+			{TrType: "tcp", AdrFam: "ipv6", TrAddr: "::FFFF:192.0.2.1", TrSvcID: "4421"},
 		},
 		AllowedHosts: []string{hostB, hostA},
 	}
@@ -84,6 +85,7 @@ func TestNormalizeExport(t *testing.T) {
 		},
 		Ports: []Address{
 			{TrType: "tcp", AdrFam: "ipv4", TrAddr: "192.0.2.1", TrSvcID: "4420"},
+			{TrType: "tcp", AdrFam: "ipv4", TrAddr: "192.0.2.1", TrSvcID: "4421"},
 			{TrType: "tcp", AdrFam: "ipv6", TrAddr: "fd00::1", TrSvcID: "4420"},
 		},
 		AllowedHosts: []string{hostA, hostB},
@@ -106,33 +108,38 @@ func TestNormalizeRejects(t *testing.T) {
 		}
 	}
 	for name, mut := range map[string]func(*Export){
-		"bad nqn":           func(e *Export) { e.NQN = "vol" },
-		"serial too long":   func(e *Export) { e.Attrs.Serial = strings.Repeat("s", 21) },
-		"serial non-ascii":  func(e *Export) { e.Attrs.Serial = "s\u00e9" },
-		"serial trailing":   func(e *Export) { e.Attrs.Serial = "s " },
-		"model too long":    func(e *Export) { e.Attrs.Model = strings.Repeat("m", 41) },
-		"version":           func(e *Export) { e.Attrs.Version = "1" },
-		"version overflow":  func(e *Export) { e.Attrs.Version = "1.256" },
-		"cntlid order":      func(e *Export) { e.Attrs.CntlIDMin, e.Attrs.CntlIDMax = 5, 5 },
-		"cntlid reserved":   func(e *Export) { e.Attrs.CntlIDMax = 0xfff0 },
-		"qid max":           func(e *Export) { e.Attrs.QIDMax = 129 },
-		"nsid zero":         func(e *Export) { e.Namespaces[0].NSID = 0 },
-		"nsid all":          func(e *Export) { e.Namespaces[0].NSID = 0xffffffff },
-		"nsid twice":        func(e *Export) { e.Namespaces = append(e.Namespaces, e.Namespaces[0]) },
-		"relative path":     func(e *Export) { e.Namespaces[0].DevicePath = "dev/a" },
-		"newline path":      func(e *Export) { e.Namespaces[0].DevicePath = "/dev/a\n/dev/b" },
-		"bad uuid":          func(e *Export) { e.Namespaces[0].DeviceUUID = "1234" },
-		"bad nguid":         func(e *Export) { e.Namespaces[0].DeviceNGUID = "0102" },
-		"ana group":         func(e *Export) { e.Namespaces[0].ANAGroupID = 129 },
-		"trtype":            func(e *Export) { e.Ports[0].TrType = "udp" },
-		"adrfam":            func(e *Export) { e.Ports[0].AdrFam = "inet" },
-		"tcp over ib":       func(e *Export) { e.Ports[0].AdrFam = "ib" },
-		"ipv4 given ipv6":   func(e *Export) { e.Ports[0].TrAddr = "::1" },
-		"ipv6 given ipv4":   func(e *Export) { e.Ports[0].AdrFam = "ipv6" },
-		"hostname":          func(e *Export) { e.Ports[0].TrAddr = "storage.local" },
-		"port zero":         func(e *Export) { e.Ports[0].TrSvcID = "0" },
-		"port name":         func(e *Export) { e.Ports[0].TrSvcID = "nvme" },
-		"port twice":        func(e *Export) { e.Ports = append(e.Ports, e.Ports[0]) },
+		"bad nqn":          func(e *Export) { e.NQN = "vol" },
+		"serial too long":  func(e *Export) { e.Attrs.Serial = strings.Repeat("s", 21) },
+		"serial non-ascii": func(e *Export) { e.Attrs.Serial = "s\u00e9" },
+		"serial trailing":  func(e *Export) { e.Attrs.Serial = "s " },
+		"model too long":   func(e *Export) { e.Attrs.Model = strings.Repeat("m", 41) },
+		"version":          func(e *Export) { e.Attrs.Version = "1" },
+		"version overflow": func(e *Export) { e.Attrs.Version = "1.256" },
+		"cntlid order":     func(e *Export) { e.Attrs.CntlIDMin, e.Attrs.CntlIDMax = 5, 5 },
+		"cntlid reserved":  func(e *Export) { e.Attrs.CntlIDMax = 0xfff0 },
+		"qid max":          func(e *Export) { e.Attrs.QIDMax = 129 },
+		"nsid zero":        func(e *Export) { e.Namespaces[0].NSID = 0 },
+		"nsid all":         func(e *Export) { e.Namespaces[0].NSID = 0xffffffff },
+		"nsid twice":       func(e *Export) { e.Namespaces = append(e.Namespaces, e.Namespaces[0]) },
+		"relative path":    func(e *Export) { e.Namespaces[0].DevicePath = "dev/a" },
+		"newline path":     func(e *Export) { e.Namespaces[0].DevicePath = "/dev/a\n/dev/b" },
+		"bad uuid":         func(e *Export) { e.Namespaces[0].DeviceUUID = "1234" },
+		"bad nguid":        func(e *Export) { e.Namespaces[0].DeviceNGUID = "0102" },
+		"ana group":        func(e *Export) { e.Namespaces[0].ANAGroupID = 129 },
+		"trtype":           func(e *Export) { e.Ports[0].TrType = "udp" },
+		"adrfam":           func(e *Export) { e.Ports[0].AdrFam = "inet" },
+		"tcp over ib":      func(e *Export) { e.Ports[0].AdrFam = "ib" },
+		"ipv4 given ipv6":  func(e *Export) { e.Ports[0].TrAddr = "::1" },
+		"ipv6 given ipv4":  func(e *Export) { e.Ports[0].AdrFam = "ipv6" },
+		"hostname":         func(e *Export) { e.Ports[0].TrAddr = "storage.local" },
+		"port zero":        func(e *Export) { e.Ports[0].TrSvcID = "0" },
+		"port name":        func(e *Export) { e.Ports[0].TrSvcID = "nvme" },
+		"port octal":       func(e *Export) { e.Ports[0].TrSvcID = "06123" },
+		"port not octal":   func(e *Export) { e.Ports[0].TrSvcID = "09123" },
+		"port twice":       func(e *Export) { e.Ports = append(e.Ports, e.Ports[0]) },
+		"port mapped twice": func(e *Export) {
+			e.Ports = append(e.Ports, Address{TrType: "tcp", AdrFam: "ipv6", TrAddr: "::ffff:" + e.Ports[0].TrAddr, TrSvcID: e.Ports[0].TrSvcID})
+		},
 		"traddr space":      func(e *Export) { e.Ports[0] = Address{TrType: "fc", AdrFam: "fc", TrAddr: "a b"} },
 		"host twice":        func(e *Export) { e.AllowedHosts = []string{hostA, hostA} },
 		"bad host":          func(e *Export) { e.AllowedHosts = []string{"host"} },
@@ -248,4 +255,24 @@ func FuzzParseAttrs(f *testing.F) {
 			t.Fatalf("parsed %q,%q,%q as %v,%v,%v", b, u, i, bv, uv, iv)
 		}
 	})
+}
+
+func TestParseIDAsTheKernel(t *testing.T) {
+	// kstrtou16/kstrtou32 with base 0 (lib/kstrtox.c).
+	for _, c := range []struct {
+		in   string
+		want uint64
+		ok   bool
+	}{
+		{"0", 0, true}, {"16", 16, true}, {"0x10", 16, true}, {"0X1f", 31, true},
+		{"010", 8, true}, {"+7", 7, true}, {"7\n", 7, true}, {"65535", 65535, true},
+		{"65536", 0, false}, {"08", 0, false}, {"0x", 0, false}, {"0xg", 0, false},
+		{"0o7", 0, false}, {"0b1", 0, false}, {"1_0", 0, false}, {"-1", 0, false},
+		{"", 0, false}, {"+", 0, false}, {" 1", 0, false}, {"1\n\n", 0, false}, {"++1", 0, false},
+	} {
+		got, err := parseID(c.in, 16)
+		if (err == nil) != c.ok || (c.ok && got != c.want) {
+			t.Errorf("parseID(%q) = %d, %v; want %d, ok %v", c.in, got, err, c.want, c.ok)
+		}
+	}
 }
