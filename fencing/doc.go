@@ -105,6 +105,39 @@
 // lower-case letters, digits and "-_.", so no two marks collide even on a
 // case-insensitive filesystem.
 //
+// # Operator recovery
+//
+// Two refusals need an operator, because they mean that the store holds
+// something the cluster no longer agrees with, and the store cannot tell
+// which side is right. The functions for them take the operator's word
+// for what the cluster holds, check it against what is on disk, and refuse
+// (ErrRecoveryRefused) anything that could let a stale lifecycle write
+// again. Each has a dry run.
+//
+//   - LIFECYCLE_REPLACED for every new lifecycle: the mark's active
+//     lifecycle U was deleted in the cluster without its End reaching the
+//     store. Store.EndLifecycle ends U, named explicitly and only if it is
+//     the mark's, exactly as an accepted End at the mark's generation
+//     would (rule 9); the new lifecycle is then admitted by rule 16 and U
+//     is refused for ever. A mark is never switched to another UID.
+//   - MARK_UNREADABLE: Store.ResetMark replaces a damaged mark with one
+//     for the lifecycle and generation the operator reads from the
+//     cluster, after keeping the damaged file under DamagedDir and adding
+//     every lifecycle it can still read from it to the ledger. Its
+//     documentation states what stays refused and what the lost history
+//     gives up; the loss must be accepted explicitly.
+//   - A ledger that cannot be read makes Open fail. ResetLedger keeps every
+//     whole record of it (the format has one checksum for the whole file,
+//     so a damaged record cannot be told from an intact one, and keeping a
+//     damaged one only refuses a lifecycle that never existed); the
+//     records that were damaged or cut off are lost, which must be
+//     accepted explicitly.
+//
+// Inspect and InspectMark read a directory without its lock, for listing
+// while an agent runs; every file is replaced by rename, so each is read
+// whole. Everything that writes holds the directory's lock, so it runs
+// only while no agent does.
+//
 // # Concurrency
 //
 // Check-and-advance is atomic per volume: requests for one volume are

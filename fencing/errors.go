@@ -32,10 +32,13 @@ var (
 // unreadable mark, ErrMalformed or ErrMissingToken for bad input). An error
 // with Reason Accepted is an operational failure instead (a write that did
 // not become durable, a cancelled context, a closed store): the request was
-// not admitted either, and may be retried.
+// not admitted either, and may be retried. The operator's recovery
+// functions refuse with Reason Accepted and an Err that wraps
+// ErrRecoveryRefused: those are not decisions of the table.
 type Error struct {
-	// Op is the store operation: "open", "advance", "end", "get",
-	// "retire" or "close".
+	// Op is the store operation: "open", "advance", "end", "do",
+	// "do end", "get", "retire", "close", or one of the operator's:
+	// "inspect", "end lifecycle", "reset mark", "reset ledger".
 	Op string
 	// VolumeID is the volume concerned, if any. It may hold any bytes and
 	// is quoted in Error().

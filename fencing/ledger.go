@@ -104,3 +104,42 @@ func decodeLedger(data []byte) (*ledger, error) {
 	}
 	return l, nil
 }
+
+// ledgerHeaderLen is the length of the magic, the version and the count.
+const ledgerHeaderLen = len(ledgerMagic) + 1 + 4
+
+// salvageLedger returns every whole 16-byte record of a ledger file that
+// does not decode, sorted and without duplicates, and the count its header
+// announces (-1 if the file does not start with the ledger's magic and
+// version). The format has one checksum for the whole file, so once it
+// fails nothing tells a damaged record from an intact one: all are kept,
+// because a damaged fingerprint can only refuse a lifecycle that never
+// existed (fail closed), while dropping an intact one would let a retired
+// lifecycle back in. Records start right after the header whatever the
+// header says; a trailing partial record (the checksum of a whole file, or
+// the cut of a truncated one) is not a record.
+func salvageLedger(data []byte) (l *ledger, announced int64) {
+	announced = -1
+	if len(data) >= ledgerHeaderLen && string(data[:len(ledgerMagic)]) == ledgerMagic && data[len(ledgerMagic)] == ledgerVersion {
+		announced = int64(binary.LittleEndian.Uint32(data[len(ledgerMagic)+1:]))
+	}
+	var fps []fingerprint
+	for off := ledgerHeaderLen; off+16 <= len(data); off += 16 {
+		var fp fingerprint
+		copy(fp[:], data[off:off+16])
+		fps = append(fps, fp)
+	}
+	l, _ = (&ledger{}).with(fps)
+	return l, announced
+}
+
+// newerVersion reports the format version of a file that starts with
+// magic but has a version byte above current: a file written by a later
+// release, which this build must neither read nor replace.
+func newerVersion(data []byte, magic string, current byte) (byte, bool) {
+	if len(data) <= len(magic) || string(data[:len(magic)]) != magic {
+		return 0, false
+	}
+	v := data[len(magic)]
+	return v, v > current
+}

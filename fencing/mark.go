@@ -247,3 +247,73 @@ func (r *reader) u16() uint16     { return binary.LittleEndian.Uint16(r.take(2))
 func (r *reader) u32() uint32     { return binary.LittleEndian.Uint32(r.take(4)) }
 func (r *reader) u64() uint64     { return binary.LittleEndian.Uint64(r.take(8)) }
 func (r *reader) string8() string { return string(r.take(int(r.u8()))) }
+
+// Salvage is what a best-effort reading of a damaged mark file found:
+// the fields of the format read in order, with the checksum and the
+// invariants left unchecked. Nothing in it is verified; it serves an
+// operator comparing the file with the cluster, and ResetMark, which only
+// ever uses it to refuse more (see ResetMark).
+type Salvage struct {
+	// VolumeID is the volume the file says it belongs to.
+	VolumeID string
+	// Phase, UID and Generation are the mark's fields as read; Phase may
+	// be neither PhaseActive nor PhaseEnded.
+	Phase      Phase
+	UID        string
+	Generation uint64
+	// History is as much of the list of ended lifecycles as could be read.
+	History []EndedLifecycle
+	// Complete reports that every field was read and nothing trailed them.
+	Complete bool
+	// ChecksumOK reports that the file's CRC-32C matched: the bytes are
+	// the ones written, and the damage is in what they say (another
+	// volume's ID, an invalid field), not in the bytes.
+	ChecksumOK bool
+}
+
+// salvageMark reads what it can of a mark file that does not decode,
+// field by field, and stops at the first field the file cuts short. It
+// returns nil when the file does not start with the magic and version of
+// this format: then its fields cannot be located at all.
+func salvageMark(data []byte) *Salvage {
+	head := len(markMagic) + 1
+	if len(data) < head || string(data[:len(markMagic)]) != markMagic || data[len(markMagic)] != markVersion {
+		return nil
+	}
+	sv := &Salvage{}
+	body := data[head:]
+	hasSum := len(body) >= 4
+	if hasSum {
+		sum := binary.LittleEndian.Uint32(body[len(body)-4:])
+		sv.ChecksumOK = crc32.Checksum(data[:len(data)-4], castagnoli) == sum
+		body = body[:len(body)-4]
+	}
+	r := reader{b: body}
+	phase, gen := r.u8(), r.u64()
+	if r.short {
+		return sv
+	}
+	sv.Phase, sv.Generation = Phase(phase), gen
+	if sv.VolumeID = r.string8(); r.short {
+		sv.VolumeID = ""
+		return sv
+	}
+	if sv.UID = r.string8(); r.short {
+		sv.UID = ""
+		return sv
+	}
+	count := int(r.u16())
+	if r.short {
+		return sv
+	}
+	for i := 0; i < count && i < maxHistory; i++ {
+		uid := r.string8()
+		at := int64(r.u64())
+		if r.short {
+			return sv
+		}
+		sv.History = append(sv.History, EndedLifecycle{UID: uid, At: time.Unix(0, at)})
+	}
+	sv.Complete = hasSum && count <= maxHistory && len(r.b) == 0
+	return sv
+}

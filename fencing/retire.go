@@ -23,6 +23,10 @@ type RetireOptions struct {
 	// storage still exists because its deletion failed after End. Keep runs
 	// without any lock held and may be slow.
 	Keep func(volumeID string) bool
+
+	// DryRun makes Retire only report the volumes whose marks it would
+	// remove, writing nothing.
+	DryRun bool
 }
 
 // Retire removes the mark files of volumes whose lifecycle ended at least
@@ -87,6 +91,10 @@ func (s *Store) Retire(ctx context.Context, opts RetireOptions) ([]string, error
 	}
 	if len(candidates) == 0 {
 		return nil, errors.Join(problems...)
+	}
+	if opts.DryRun {
+		slices.Sort(candidates)
+		return candidates, errors.Join(problems...)
 	}
 	// Adding an ended lifecycle to the ledger is safe at any moment, even
 	// if its mark then stays: a lifecycle never comes back from ended.

@@ -103,27 +103,11 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail(dir, err)
 	}
-	d, err := os.Open(dir)
+	d, err := lockDir(ctx, dir)
 	if err != nil {
 		return fail(dir, err)
 	}
 	s.d = d
-	for {
-		busy, err := tryLockDir(d)
-		if err != nil {
-			return fail(dir, err)
-		}
-		if !busy {
-			break
-		}
-		t := time.NewTimer(lockPoll)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fail(dir, fmt.Errorf("%w: %w", ErrLocked, ctx.Err()))
-		case <-t.C:
-		}
-	}
 	if err := s.removeTemporaries(); err != nil {
 		return fail(dir, err)
 	}
@@ -141,6 +125,34 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 	}
 	s.ledger.Store(l)
 	return s, nil
+}
+
+// lockDir opens the directory dir and takes its exclusive flock, retrying
+// while another store holds it until ctx is done; the error then wraps
+// ErrLocked. Closing the returned file releases the lock.
+func lockDir(ctx context.Context, dir string) (*os.File, error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		busy, err := tryLockDir(d)
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		if !busy {
+			return d, nil
+		}
+		t := time.NewTimer(lockPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			d.Close()
+			return nil, fmt.Errorf("%w: %w", ErrLocked, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // removeTemporaries deletes what renameio leaves when a writer dies between
@@ -301,18 +313,29 @@ func (s *Store) path(id string) string {
 // readMark returns volume id's mark, or nil if it has none. A file that
 // exists but cannot be read or decoded is an error, never "no mark".
 func (s *Store) readMark(id, path string) (*Mark, error) {
-	f, err := os.Open(path)
+	data, err := readMarkData(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxMarkFileLen+1))
+	return decodeMarkOf(id, data)
+}
+
+// readMarkData returns the bytes of a mark file, at most one byte more than
+// a mark can hold; a missing file is an error wrapping fs.ErrNotExist.
+func readMarkData(path string) ([]byte, error) {
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxMarkFileLen+1))
+}
+
+// decodeMarkOf decodes the contents of volume id's mark file.
+func decodeMarkOf(id string, data []byte) (*Mark, error) {
 	got, m, err := decodeMark(data)
 	if err != nil {
 		return nil, err
