@@ -106,6 +106,19 @@ type LVMStore struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:XValidation:rule=`self.matches('^[A-Za-z0-9+_.][A-Za-z0-9+_.-]*$') && self != '.' && self != '..'`,message="must be an LVM name: letters, digits, '+', '_', '.' and '-', not starting with '-', not '.' or '..'"
 	ThinPool string `json:"thinPool,omitempty"`
+
+	// AllowUnzeroedThinPool accepts a thin pool that does not zero the
+	// chunks it provisions (created with `lvcreate --zero n`, or changed
+	// with `lvchange --zero n`). Such a pool is refused by default: the
+	// store is not Ready (ThinPoolNotZeroing) and no volume is created in
+	// it, because a write smaller than the pool's chunk size leaves the rest
+	// of the chunk holding whatever a deleted volume wrote there, so a new
+	// volume (another tenant's) can read a previous volume's data. Set it
+	// only if every workload using the store may see every other's old
+	// data; the fix that keeps the protection is `lvchange --zero y VG/POOL`
+	// on the storage node. Ignored for linear volumes (no thinPool).
+	// +optional
+	AllowUnzeroedThinPool bool `json:"allowUnzeroedThinPool,omitempty"`
 }
 
 // StoreCapacity is the space of a store as the agent last reported it.

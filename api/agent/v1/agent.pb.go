@@ -159,6 +159,57 @@ func (FencingRejection_Reason) EnumDescriptor() ([]byte, []int) {
 	return file_agent_v1_agent_proto_rawDescGZIP(), []int{1, 0}
 }
 
+// Reason is why the store is refused.
+type StoreRefusal_Reason int32
+
+const (
+	// Not used.
+	StoreRefusal_REASON_UNSPECIFIED StoreRefusal_Reason = 0
+	// The LVM thin pool does not zero the chunks it provisions, and
+	// LvmStore.allow_unzeroed_thin_pool is false. The fix is
+	// `lvchange --zero y VG/POOL` on the node.
+	StoreRefusal_REASON_THIN_POOL_NOT_ZEROING StoreRefusal_Reason = 1
+)
+
+// Enum value maps for StoreRefusal_Reason.
+var (
+	StoreRefusal_Reason_name = map[int32]string{
+		0: "REASON_UNSPECIFIED",
+		1: "REASON_THIN_POOL_NOT_ZEROING",
+	}
+	StoreRefusal_Reason_value = map[string]int32{
+		"REASON_UNSPECIFIED":           0,
+		"REASON_THIN_POOL_NOT_ZEROING": 1,
+	}
+)
+
+func (x StoreRefusal_Reason) Enum() *StoreRefusal_Reason {
+	p := new(StoreRefusal_Reason)
+	*p = x
+	return p
+}
+
+func (x StoreRefusal_Reason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StoreRefusal_Reason) Descriptor() protoreflect.EnumDescriptor {
+	return file_agent_v1_agent_proto_enumTypes[2].Descriptor()
+}
+
+func (StoreRefusal_Reason) Type() protoreflect.EnumType {
+	return &file_agent_v1_agent_proto_enumTypes[2]
+}
+
+func (x StoreRefusal_Reason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StoreRefusal_Reason.Descriptor instead.
+func (StoreRefusal_Reason) EnumDescriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{2, 0}
+}
+
 // FencingToken names the lifecycle of a volume and the generation of the
 // controller's view of it. It is required on every request that changes a
 // volume.
@@ -295,6 +346,55 @@ func (x *FencingRejection) GetMark() *FencingToken {
 	return nil
 }
 
+// StoreRefusal is attached (as a google.rpc.Status detail) to a
+// FAILED_PRECONDITION the agent returns because the store exists but is set
+// up in a way the agent refuses to serve, so that the caller can tell it
+// from a missing pool or volume group.
+type StoreRefusal struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Reason for the refusal.
+	Reason        StoreRefusal_Reason `protobuf:"varint,1,opt,name=reason,proto3,enum=pillar.agent.v1.StoreRefusal_Reason" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreRefusal) Reset() {
+	*x = StoreRefusal{}
+	mi := &file_agent_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreRefusal) ProtoMessage() {}
+
+func (x *StoreRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreRefusal.ProtoReflect.Descriptor instead.
+func (*StoreRefusal) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *StoreRefusal) GetReason() StoreRefusal_Reason {
+	if x != nil {
+		return x.Reason
+	}
+	return StoreRefusal_REASON_UNSPECIFIED
+}
+
 // Store is the configuration of the PillarStore a call is about. The agent
 // keeps no store configuration of its own; every call brings it.
 type Store struct {
@@ -314,7 +414,7 @@ type Store struct {
 
 func (x *Store) Reset() {
 	*x = Store{}
-	mi := &file_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +426,7 @@ func (x *Store) String() string {
 func (*Store) ProtoMessage() {}
 
 func (x *Store) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +439,7 @@ func (x *Store) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Store.ProtoReflect.Descriptor instead.
 func (*Store) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Store) GetName() string {
@@ -411,7 +511,7 @@ type ZfsStore struct {
 
 func (x *ZfsStore) Reset() {
 	*x = ZfsStore{}
-	mi := &file_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +523,7 @@ func (x *ZfsStore) String() string {
 func (*ZfsStore) ProtoMessage() {}
 
 func (x *ZfsStore) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +536,7 @@ func (x *ZfsStore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZfsStore.ProtoReflect.Descriptor instead.
 func (*ZfsStore) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ZfsStore) GetPool() string {
@@ -473,14 +573,21 @@ type LvmStore struct {
 	// An existing volume group.
 	VolumeGroup string `protobuf:"bytes,1,opt,name=volume_group,json=volumeGroup,proto3" json:"volume_group,omitempty"`
 	// An existing thin pool in the volume group; empty for linear volumes.
-	ThinPool      string `protobuf:"bytes,2,opt,name=thin_pool,json=thinPool,proto3" json:"thin_pool,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ThinPool string `protobuf:"bytes,2,opt,name=thin_pool,json=thinPool,proto3" json:"thin_pool,omitempty"`
+	// Accept a thin pool that does not zero the chunks it provisions
+	// (lvchange --zero n). When false, such a pool is refused with
+	// FAILED_PRECONDITION and a StoreRefusal detail
+	// (REASON_THIN_POOL_NOT_ZEROING) by CreateVolume and GetCapacity: a new
+	// volume could read what a deleted volume wrote. Agents older than this
+	// field ignore it and accept every pool.
+	AllowUnzeroedThinPool bool `protobuf:"varint,3,opt,name=allow_unzeroed_thin_pool,json=allowUnzeroedThinPool,proto3" json:"allow_unzeroed_thin_pool,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *LvmStore) Reset() {
 	*x = LvmStore{}
-	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +599,7 @@ func (x *LvmStore) String() string {
 func (*LvmStore) ProtoMessage() {}
 
 func (x *LvmStore) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +612,7 @@ func (x *LvmStore) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LvmStore.ProtoReflect.Descriptor instead.
 func (*LvmStore) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LvmStore) GetVolumeGroup() string {
@@ -522,6 +629,13 @@ func (x *LvmStore) GetThinPool() string {
 	return ""
 }
 
+func (x *LvmStore) GetAllowUnzeroedThinPool() bool {
+	if x != nil {
+		return x.AllowUnzeroedThinPool
+	}
+	return false
+}
+
 // Volume is one backend volume.
 type Volume struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -531,6 +645,11 @@ type Volume struct {
 	// rounding to the backend's allocation unit.
 	CapacityBytes int64 `protobuf:"varint,2,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	// The volume's block device on the storage node, for diagnostics.
+	// CreateVolume and ExpandVolume wait for it as ExportVolume does;
+	// ListVolumes reports what the node has at that moment, without
+	// activating or waiting. Empty when the volume has no device node: an
+	// inactive logical volume, a zvol with volmode=none or one whose node
+	// the kernel has not made yet.
 	DevicePath    string `protobuf:"bytes,3,opt,name=device_path,json=devicePath,proto3" json:"device_path,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -538,7 +657,7 @@ type Volume struct {
 
 func (x *Volume) Reset() {
 	*x = Volume{}
-	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +669,7 @@ func (x *Volume) String() string {
 func (*Volume) ProtoMessage() {}
 
 func (x *Volume) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +682,7 @@ func (x *Volume) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Volume.ProtoReflect.Descriptor instead.
 func (*Volume) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Volume) GetVolumeId() string {
@@ -604,7 +723,7 @@ type NvmeofTcpExport struct {
 
 func (x *NvmeofTcpExport) Reset() {
 	*x = NvmeofTcpExport{}
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +735,7 @@ func (x *NvmeofTcpExport) String() string {
 func (*NvmeofTcpExport) ProtoMessage() {}
 
 func (x *NvmeofTcpExport) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +748,7 @@ func (x *NvmeofTcpExport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NvmeofTcpExport.ProtoReflect.Descriptor instead.
 func (*NvmeofTcpExport) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *NvmeofTcpExport) GetBindAddress() string {
@@ -680,7 +799,7 @@ type Export struct {
 
 func (x *Export) Reset() {
 	*x = Export{}
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +811,7 @@ func (x *Export) String() string {
 func (*Export) ProtoMessage() {}
 
 func (x *Export) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +824,7 @@ func (x *Export) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Export.ProtoReflect.Descriptor instead.
 func (*Export) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Export) GetVolumeId() string {
@@ -786,7 +905,7 @@ type GetAgentInfoRequest struct {
 
 func (x *GetAgentInfoRequest) Reset() {
 	*x = GetAgentInfoRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -798,7 +917,7 @@ func (x *GetAgentInfoRequest) String() string {
 func (*GetAgentInfoRequest) ProtoMessage() {}
 
 func (x *GetAgentInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -811,7 +930,7 @@ func (x *GetAgentInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetAgentInfoRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 // GetAgentInfoResponse describes the agent.
@@ -839,7 +958,7 @@ type GetAgentInfoResponse struct {
 
 func (x *GetAgentInfoResponse) Reset() {
 	*x = GetAgentInfoResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +970,7 @@ func (x *GetAgentInfoResponse) String() string {
 func (*GetAgentInfoResponse) ProtoMessage() {}
 
 func (x *GetAgentInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +983,7 @@ func (x *GetAgentInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetAgentInfoResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetAgentInfoResponse) GetAgentVersion() string {
@@ -913,7 +1032,7 @@ type GetCapacityRequest struct {
 
 func (x *GetCapacityRequest) Reset() {
 	*x = GetCapacityRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1044,7 @@ func (x *GetCapacityRequest) String() string {
 func (*GetCapacityRequest) ProtoMessage() {}
 
 func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1057,7 @@ func (x *GetCapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapacityRequest.ProtoReflect.Descriptor instead.
 func (*GetCapacityRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetCapacityRequest) GetStore() *Store {
@@ -961,7 +1080,7 @@ type GetCapacityResponse struct {
 
 func (x *GetCapacityResponse) Reset() {
 	*x = GetCapacityResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -973,7 +1092,7 @@ func (x *GetCapacityResponse) String() string {
 func (*GetCapacityResponse) ProtoMessage() {}
 
 func (x *GetCapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -986,7 +1105,7 @@ func (x *GetCapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapacityResponse.ProtoReflect.Descriptor instead.
 func (*GetCapacityResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetCapacityResponse) GetTotalBytes() int64 {
@@ -1020,7 +1139,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1032,7 +1151,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1045,7 +1164,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateVolumeRequest) GetFencingToken() *FencingToken {
@@ -1087,7 +1206,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1218,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1231,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -1137,7 +1256,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1268,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1281,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteVolumeRequest) GetFencingToken() *FencingToken {
@@ -1195,7 +1314,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1207,7 +1326,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1220,7 +1339,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 // ExpandVolumeRequest asks to grow a volume.
@@ -1240,7 +1359,7 @@ type ExpandVolumeRequest struct {
 
 func (x *ExpandVolumeRequest) Reset() {
 	*x = ExpandVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1371,7 @@ func (x *ExpandVolumeRequest) String() string {
 func (*ExpandVolumeRequest) ProtoMessage() {}
 
 func (x *ExpandVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1384,7 @@ func (x *ExpandVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpandVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExpandVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExpandVolumeRequest) GetFencingToken() *FencingToken {
@@ -1307,7 +1426,7 @@ type ExpandVolumeResponse struct {
 
 func (x *ExpandVolumeResponse) Reset() {
 	*x = ExpandVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1438,7 @@ func (x *ExpandVolumeResponse) String() string {
 func (*ExpandVolumeResponse) ProtoMessage() {}
 
 func (x *ExpandVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1451,7 @@ func (x *ExpandVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpandVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ExpandVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExpandVolumeResponse) GetVolume() *Volume {
@@ -1366,7 +1485,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1497,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1510,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExportVolumeRequest) GetFencingToken() *FencingToken {
@@ -1460,7 +1579,7 @@ type ExportVolumeResponse struct {
 
 func (x *ExportVolumeResponse) Reset() {
 	*x = ExportVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1591,7 @@ func (x *ExportVolumeResponse) String() string {
 func (*ExportVolumeResponse) ProtoMessage() {}
 
 func (x *ExportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1604,7 @@ func (x *ExportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ExportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExportVolumeResponse) GetExport() *Export {
@@ -1510,7 +1629,7 @@ type UnexportVolumeRequest struct {
 
 func (x *UnexportVolumeRequest) Reset() {
 	*x = UnexportVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1641,7 @@ func (x *UnexportVolumeRequest) String() string {
 func (*UnexportVolumeRequest) ProtoMessage() {}
 
 func (x *UnexportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1654,7 @@ func (x *UnexportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*UnexportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UnexportVolumeRequest) GetFencingToken() *FencingToken {
@@ -1568,7 +1687,7 @@ type UnexportVolumeResponse struct {
 
 func (x *UnexportVolumeResponse) Reset() {
 	*x = UnexportVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1580,7 +1699,7 @@ func (x *UnexportVolumeResponse) String() string {
 func (*UnexportVolumeResponse) ProtoMessage() {}
 
 func (x *UnexportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1593,7 +1712,7 @@ func (x *UnexportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*UnexportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 // AllowHostRequest asks to let a host connect.
@@ -1613,7 +1732,7 @@ type AllowHostRequest struct {
 
 func (x *AllowHostRequest) Reset() {
 	*x = AllowHostRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +1744,7 @@ func (x *AllowHostRequest) String() string {
 func (*AllowHostRequest) ProtoMessage() {}
 
 func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +1757,7 @@ func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostRequest.ProtoReflect.Descriptor instead.
 func (*AllowHostRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AllowHostRequest) GetFencingToken() *FencingToken {
@@ -1678,7 +1797,7 @@ type AllowHostResponse struct {
 
 func (x *AllowHostResponse) Reset() {
 	*x = AllowHostResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1809,7 @@ func (x *AllowHostResponse) String() string {
 func (*AllowHostResponse) ProtoMessage() {}
 
 func (x *AllowHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1822,7 @@ func (x *AllowHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostResponse.ProtoReflect.Descriptor instead.
 func (*AllowHostResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 // DenyHostRequest asks to stop allowing a host.
@@ -1723,7 +1842,7 @@ type DenyHostRequest struct {
 
 func (x *DenyHostRequest) Reset() {
 	*x = DenyHostRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1854,7 @@ func (x *DenyHostRequest) String() string {
 func (*DenyHostRequest) ProtoMessage() {}
 
 func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1867,7 @@ func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostRequest.ProtoReflect.Descriptor instead.
 func (*DenyHostRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DenyHostRequest) GetFencingToken() *FencingToken {
@@ -1788,7 +1907,7 @@ type DenyHostResponse struct {
 
 func (x *DenyHostResponse) Reset() {
 	*x = DenyHostResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1919,7 @@ func (x *DenyHostResponse) String() string {
 func (*DenyHostResponse) ProtoMessage() {}
 
 func (x *DenyHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1932,7 @@ func (x *DenyHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostResponse.ProtoReflect.Descriptor instead.
 func (*DenyHostResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 // ListVolumesRequest names a store.
@@ -1827,7 +1946,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +1958,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +1971,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListVolumesRequest) GetStore() *Store {
@@ -1873,7 +1992,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1885,7 +2004,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1898,7 +2017,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -1917,7 +2036,7 @@ type ListExportsRequest struct {
 
 func (x *ListExportsRequest) Reset() {
 	*x = ListExportsRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2048,7 @@ func (x *ListExportsRequest) String() string {
 func (*ListExportsRequest) ProtoMessage() {}
 
 func (x *ListExportsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2061,7 @@ func (x *ListExportsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExportsRequest.ProtoReflect.Descriptor instead.
 func (*ListExportsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 // ListExportsResponse lists exports.
@@ -1956,7 +2075,7 @@ type ListExportsResponse struct {
 
 func (x *ListExportsResponse) Reset() {
 	*x = ListExportsResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1968,7 +2087,7 @@ func (x *ListExportsResponse) String() string {
 func (*ListExportsResponse) ProtoMessage() {}
 
 func (x *ListExportsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1981,7 +2100,7 @@ func (x *ListExportsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExportsResponse.ProtoReflect.Descriptor instead.
 func (*ListExportsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListExportsResponse) GetExports() []*Export {
@@ -2016,7 +2135,7 @@ type DesiredExport struct {
 
 func (x *DesiredExport) Reset() {
 	*x = DesiredExport{}
-	mi := &file_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2147,7 @@ func (x *DesiredExport) String() string {
 func (*DesiredExport) ProtoMessage() {}
 
 func (x *DesiredExport) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2160,7 @@ func (x *DesiredExport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredExport.ProtoReflect.Descriptor instead.
 func (*DesiredExport) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DesiredExport) GetFencingToken() *FencingToken {
@@ -2117,7 +2236,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2248,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2261,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReconcileRequest) GetExports() []*DesiredExport {
@@ -2172,7 +2291,7 @@ type ReconcileResult struct {
 
 func (x *ReconcileResult) Reset() {
 	*x = ReconcileResult{}
-	mi := &file_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2303,7 @@ func (x *ReconcileResult) String() string {
 func (*ReconcileResult) ProtoMessage() {}
 
 func (x *ReconcileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2316,7 @@ func (x *ReconcileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResult.ProtoReflect.Descriptor instead.
 func (*ReconcileResult) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReconcileResult) GetVolumeId() string {
@@ -2252,7 +2371,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2383,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2396,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReconcileResponse) GetResults() []*ReconcileResult {
@@ -2321,7 +2440,12 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x17REASON_STALE_GENERATION\x10\x03\x12\x1a\n" +
 	"\x16REASON_LIFECYCLE_ENDED\x10\x04\x12\x1d\n" +
 	"\x19REASON_LIFECYCLE_REPLACED\x10\x05\x12\x1a\n" +
-	"\x16REASON_MARK_UNREADABLE\x10\x06\"\x84\x01\n" +
+	"\x16REASON_MARK_UNREADABLE\x10\x06\"\x90\x01\n" +
+	"\fStoreRefusal\x12<\n" +
+	"\x06reason\x18\x01 \x01(\x0e2$.pillar.agent.v1.StoreRefusal.ReasonR\x06reason\"B\n" +
+	"\x06Reason\x12\x16\n" +
+	"\x12REASON_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cREASON_THIN_POOL_NOT_ZEROING\x10\x01\"\x84\x01\n" +
 	"\x05Store\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x03zfs\x18\x02 \x01(\v2\x19.pillar.agent.v1.ZfsStoreH\x00R\x03zfs\x12-\n" +
@@ -2336,10 +2460,11 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"properties\x1a=\n" +
 	"\x0fPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x83\x01\n" +
 	"\bLvmStore\x12!\n" +
 	"\fvolume_group\x18\x01 \x01(\tR\vvolumeGroup\x12\x1b\n" +
-	"\tthin_pool\x18\x02 \x01(\tR\bthinPool\"m\n" +
+	"\tthin_pool\x18\x02 \x01(\tR\bthinPool\x127\n" +
+	"\x18allow_unzeroed_thin_pool\x18\x03 \x01(\bR\x15allowUnzeroedThinPool\"m\n" +
 	"\x06Volume\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12%\n" +
 	"\x0ecapacity_bytes\x18\x02 \x01(\x03R\rcapacityBytes\x12\x1f\n" +
@@ -2481,111 +2606,114 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agent_v1_agent_proto_rawDescData
 }
 
-var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Capability)(0),                // 0: pillar.agent.v1.Capability
 	(FencingRejection_Reason)(0),   // 1: pillar.agent.v1.FencingRejection.Reason
-	(*FencingToken)(nil),           // 2: pillar.agent.v1.FencingToken
-	(*FencingRejection)(nil),       // 3: pillar.agent.v1.FencingRejection
-	(*Store)(nil),                  // 4: pillar.agent.v1.Store
-	(*ZfsStore)(nil),               // 5: pillar.agent.v1.ZfsStore
-	(*LvmStore)(nil),               // 6: pillar.agent.v1.LvmStore
-	(*Volume)(nil),                 // 7: pillar.agent.v1.Volume
-	(*NvmeofTcpExport)(nil),        // 8: pillar.agent.v1.NvmeofTcpExport
-	(*Export)(nil),                 // 9: pillar.agent.v1.Export
-	(*GetAgentInfoRequest)(nil),    // 10: pillar.agent.v1.GetAgentInfoRequest
-	(*GetAgentInfoResponse)(nil),   // 11: pillar.agent.v1.GetAgentInfoResponse
-	(*GetCapacityRequest)(nil),     // 12: pillar.agent.v1.GetCapacityRequest
-	(*GetCapacityResponse)(nil),    // 13: pillar.agent.v1.GetCapacityResponse
-	(*CreateVolumeRequest)(nil),    // 14: pillar.agent.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),   // 15: pillar.agent.v1.CreateVolumeResponse
-	(*DeleteVolumeRequest)(nil),    // 16: pillar.agent.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 17: pillar.agent.v1.DeleteVolumeResponse
-	(*ExpandVolumeRequest)(nil),    // 18: pillar.agent.v1.ExpandVolumeRequest
-	(*ExpandVolumeResponse)(nil),   // 19: pillar.agent.v1.ExpandVolumeResponse
-	(*ExportVolumeRequest)(nil),    // 20: pillar.agent.v1.ExportVolumeRequest
-	(*ExportVolumeResponse)(nil),   // 21: pillar.agent.v1.ExportVolumeResponse
-	(*UnexportVolumeRequest)(nil),  // 22: pillar.agent.v1.UnexportVolumeRequest
-	(*UnexportVolumeResponse)(nil), // 23: pillar.agent.v1.UnexportVolumeResponse
-	(*AllowHostRequest)(nil),       // 24: pillar.agent.v1.AllowHostRequest
-	(*AllowHostResponse)(nil),      // 25: pillar.agent.v1.AllowHostResponse
-	(*DenyHostRequest)(nil),        // 26: pillar.agent.v1.DenyHostRequest
-	(*DenyHostResponse)(nil),       // 27: pillar.agent.v1.DenyHostResponse
-	(*ListVolumesRequest)(nil),     // 28: pillar.agent.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 29: pillar.agent.v1.ListVolumesResponse
-	(*ListExportsRequest)(nil),     // 30: pillar.agent.v1.ListExportsRequest
-	(*ListExportsResponse)(nil),    // 31: pillar.agent.v1.ListExportsResponse
-	(*DesiredExport)(nil),          // 32: pillar.agent.v1.DesiredExport
-	(*ReconcileRequest)(nil),       // 33: pillar.agent.v1.ReconcileRequest
-	(*ReconcileResult)(nil),        // 34: pillar.agent.v1.ReconcileResult
-	(*ReconcileResponse)(nil),      // 35: pillar.agent.v1.ReconcileResponse
-	nil,                            // 36: pillar.agent.v1.ZfsStore.PropertiesEntry
+	(StoreRefusal_Reason)(0),       // 2: pillar.agent.v1.StoreRefusal.Reason
+	(*FencingToken)(nil),           // 3: pillar.agent.v1.FencingToken
+	(*FencingRejection)(nil),       // 4: pillar.agent.v1.FencingRejection
+	(*StoreRefusal)(nil),           // 5: pillar.agent.v1.StoreRefusal
+	(*Store)(nil),                  // 6: pillar.agent.v1.Store
+	(*ZfsStore)(nil),               // 7: pillar.agent.v1.ZfsStore
+	(*LvmStore)(nil),               // 8: pillar.agent.v1.LvmStore
+	(*Volume)(nil),                 // 9: pillar.agent.v1.Volume
+	(*NvmeofTcpExport)(nil),        // 10: pillar.agent.v1.NvmeofTcpExport
+	(*Export)(nil),                 // 11: pillar.agent.v1.Export
+	(*GetAgentInfoRequest)(nil),    // 12: pillar.agent.v1.GetAgentInfoRequest
+	(*GetAgentInfoResponse)(nil),   // 13: pillar.agent.v1.GetAgentInfoResponse
+	(*GetCapacityRequest)(nil),     // 14: pillar.agent.v1.GetCapacityRequest
+	(*GetCapacityResponse)(nil),    // 15: pillar.agent.v1.GetCapacityResponse
+	(*CreateVolumeRequest)(nil),    // 16: pillar.agent.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),   // 17: pillar.agent.v1.CreateVolumeResponse
+	(*DeleteVolumeRequest)(nil),    // 18: pillar.agent.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 19: pillar.agent.v1.DeleteVolumeResponse
+	(*ExpandVolumeRequest)(nil),    // 20: pillar.agent.v1.ExpandVolumeRequest
+	(*ExpandVolumeResponse)(nil),   // 21: pillar.agent.v1.ExpandVolumeResponse
+	(*ExportVolumeRequest)(nil),    // 22: pillar.agent.v1.ExportVolumeRequest
+	(*ExportVolumeResponse)(nil),   // 23: pillar.agent.v1.ExportVolumeResponse
+	(*UnexportVolumeRequest)(nil),  // 24: pillar.agent.v1.UnexportVolumeRequest
+	(*UnexportVolumeResponse)(nil), // 25: pillar.agent.v1.UnexportVolumeResponse
+	(*AllowHostRequest)(nil),       // 26: pillar.agent.v1.AllowHostRequest
+	(*AllowHostResponse)(nil),      // 27: pillar.agent.v1.AllowHostResponse
+	(*DenyHostRequest)(nil),        // 28: pillar.agent.v1.DenyHostRequest
+	(*DenyHostResponse)(nil),       // 29: pillar.agent.v1.DenyHostResponse
+	(*ListVolumesRequest)(nil),     // 30: pillar.agent.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 31: pillar.agent.v1.ListVolumesResponse
+	(*ListExportsRequest)(nil),     // 32: pillar.agent.v1.ListExportsRequest
+	(*ListExportsResponse)(nil),    // 33: pillar.agent.v1.ListExportsResponse
+	(*DesiredExport)(nil),          // 34: pillar.agent.v1.DesiredExport
+	(*ReconcileRequest)(nil),       // 35: pillar.agent.v1.ReconcileRequest
+	(*ReconcileResult)(nil),        // 36: pillar.agent.v1.ReconcileResult
+	(*ReconcileResponse)(nil),      // 37: pillar.agent.v1.ReconcileResponse
+	nil,                            // 38: pillar.agent.v1.ZfsStore.PropertiesEntry
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: pillar.agent.v1.FencingRejection.reason:type_name -> pillar.agent.v1.FencingRejection.Reason
-	2,  // 1: pillar.agent.v1.FencingRejection.presented:type_name -> pillar.agent.v1.FencingToken
-	2,  // 2: pillar.agent.v1.FencingRejection.mark:type_name -> pillar.agent.v1.FencingToken
-	5,  // 3: pillar.agent.v1.Store.zfs:type_name -> pillar.agent.v1.ZfsStore
-	6,  // 4: pillar.agent.v1.Store.lvm:type_name -> pillar.agent.v1.LvmStore
-	36, // 5: pillar.agent.v1.ZfsStore.properties:type_name -> pillar.agent.v1.ZfsStore.PropertiesEntry
-	8,  // 6: pillar.agent.v1.Export.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
-	0,  // 7: pillar.agent.v1.GetAgentInfoResponse.capabilities:type_name -> pillar.agent.v1.Capability
-	4,  // 8: pillar.agent.v1.GetCapacityRequest.store:type_name -> pillar.agent.v1.Store
-	2,  // 9: pillar.agent.v1.CreateVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	4,  // 10: pillar.agent.v1.CreateVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	7,  // 11: pillar.agent.v1.CreateVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
-	2,  // 12: pillar.agent.v1.DeleteVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	4,  // 13: pillar.agent.v1.DeleteVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	2,  // 14: pillar.agent.v1.ExpandVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	4,  // 15: pillar.agent.v1.ExpandVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	7,  // 16: pillar.agent.v1.ExpandVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
-	2,  // 17: pillar.agent.v1.ExportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	4,  // 18: pillar.agent.v1.ExportVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	8,  // 19: pillar.agent.v1.ExportVolumeRequest.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
-	9,  // 20: pillar.agent.v1.ExportVolumeResponse.export:type_name -> pillar.agent.v1.Export
-	2,  // 21: pillar.agent.v1.UnexportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	2,  // 22: pillar.agent.v1.AllowHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	2,  // 23: pillar.agent.v1.DenyHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	4,  // 24: pillar.agent.v1.ListVolumesRequest.store:type_name -> pillar.agent.v1.Store
-	7,  // 25: pillar.agent.v1.ListVolumesResponse.volumes:type_name -> pillar.agent.v1.Volume
-	9,  // 26: pillar.agent.v1.ListExportsResponse.exports:type_name -> pillar.agent.v1.Export
-	2,  // 27: pillar.agent.v1.DesiredExport.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	4,  // 28: pillar.agent.v1.DesiredExport.store:type_name -> pillar.agent.v1.Store
-	8,  // 29: pillar.agent.v1.DesiredExport.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
-	32, // 30: pillar.agent.v1.ReconcileRequest.exports:type_name -> pillar.agent.v1.DesiredExport
-	3,  // 31: pillar.agent.v1.ReconcileResult.fencing_rejection:type_name -> pillar.agent.v1.FencingRejection
-	9,  // 32: pillar.agent.v1.ReconcileResult.export:type_name -> pillar.agent.v1.Export
-	34, // 33: pillar.agent.v1.ReconcileResponse.results:type_name -> pillar.agent.v1.ReconcileResult
-	10, // 34: pillar.agent.v1.AgentService.GetAgentInfo:input_type -> pillar.agent.v1.GetAgentInfoRequest
-	12, // 35: pillar.agent.v1.AgentService.GetCapacity:input_type -> pillar.agent.v1.GetCapacityRequest
-	14, // 36: pillar.agent.v1.AgentService.CreateVolume:input_type -> pillar.agent.v1.CreateVolumeRequest
-	16, // 37: pillar.agent.v1.AgentService.DeleteVolume:input_type -> pillar.agent.v1.DeleteVolumeRequest
-	18, // 38: pillar.agent.v1.AgentService.ExpandVolume:input_type -> pillar.agent.v1.ExpandVolumeRequest
-	20, // 39: pillar.agent.v1.AgentService.ExportVolume:input_type -> pillar.agent.v1.ExportVolumeRequest
-	22, // 40: pillar.agent.v1.AgentService.UnexportVolume:input_type -> pillar.agent.v1.UnexportVolumeRequest
-	24, // 41: pillar.agent.v1.AgentService.AllowHost:input_type -> pillar.agent.v1.AllowHostRequest
-	26, // 42: pillar.agent.v1.AgentService.DenyHost:input_type -> pillar.agent.v1.DenyHostRequest
-	28, // 43: pillar.agent.v1.AgentService.ListVolumes:input_type -> pillar.agent.v1.ListVolumesRequest
-	30, // 44: pillar.agent.v1.AgentService.ListExports:input_type -> pillar.agent.v1.ListExportsRequest
-	33, // 45: pillar.agent.v1.AgentService.Reconcile:input_type -> pillar.agent.v1.ReconcileRequest
-	11, // 46: pillar.agent.v1.AgentService.GetAgentInfo:output_type -> pillar.agent.v1.GetAgentInfoResponse
-	13, // 47: pillar.agent.v1.AgentService.GetCapacity:output_type -> pillar.agent.v1.GetCapacityResponse
-	15, // 48: pillar.agent.v1.AgentService.CreateVolume:output_type -> pillar.agent.v1.CreateVolumeResponse
-	17, // 49: pillar.agent.v1.AgentService.DeleteVolume:output_type -> pillar.agent.v1.DeleteVolumeResponse
-	19, // 50: pillar.agent.v1.AgentService.ExpandVolume:output_type -> pillar.agent.v1.ExpandVolumeResponse
-	21, // 51: pillar.agent.v1.AgentService.ExportVolume:output_type -> pillar.agent.v1.ExportVolumeResponse
-	23, // 52: pillar.agent.v1.AgentService.UnexportVolume:output_type -> pillar.agent.v1.UnexportVolumeResponse
-	25, // 53: pillar.agent.v1.AgentService.AllowHost:output_type -> pillar.agent.v1.AllowHostResponse
-	27, // 54: pillar.agent.v1.AgentService.DenyHost:output_type -> pillar.agent.v1.DenyHostResponse
-	29, // 55: pillar.agent.v1.AgentService.ListVolumes:output_type -> pillar.agent.v1.ListVolumesResponse
-	31, // 56: pillar.agent.v1.AgentService.ListExports:output_type -> pillar.agent.v1.ListExportsResponse
-	35, // 57: pillar.agent.v1.AgentService.Reconcile:output_type -> pillar.agent.v1.ReconcileResponse
-	46, // [46:58] is the sub-list for method output_type
-	34, // [34:46] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	3,  // 1: pillar.agent.v1.FencingRejection.presented:type_name -> pillar.agent.v1.FencingToken
+	3,  // 2: pillar.agent.v1.FencingRejection.mark:type_name -> pillar.agent.v1.FencingToken
+	2,  // 3: pillar.agent.v1.StoreRefusal.reason:type_name -> pillar.agent.v1.StoreRefusal.Reason
+	7,  // 4: pillar.agent.v1.Store.zfs:type_name -> pillar.agent.v1.ZfsStore
+	8,  // 5: pillar.agent.v1.Store.lvm:type_name -> pillar.agent.v1.LvmStore
+	38, // 6: pillar.agent.v1.ZfsStore.properties:type_name -> pillar.agent.v1.ZfsStore.PropertiesEntry
+	10, // 7: pillar.agent.v1.Export.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
+	0,  // 8: pillar.agent.v1.GetAgentInfoResponse.capabilities:type_name -> pillar.agent.v1.Capability
+	6,  // 9: pillar.agent.v1.GetCapacityRequest.store:type_name -> pillar.agent.v1.Store
+	3,  // 10: pillar.agent.v1.CreateVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 11: pillar.agent.v1.CreateVolumeRequest.store:type_name -> pillar.agent.v1.Store
+	9,  // 12: pillar.agent.v1.CreateVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
+	3,  // 13: pillar.agent.v1.DeleteVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 14: pillar.agent.v1.DeleteVolumeRequest.store:type_name -> pillar.agent.v1.Store
+	3,  // 15: pillar.agent.v1.ExpandVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 16: pillar.agent.v1.ExpandVolumeRequest.store:type_name -> pillar.agent.v1.Store
+	9,  // 17: pillar.agent.v1.ExpandVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
+	3,  // 18: pillar.agent.v1.ExportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 19: pillar.agent.v1.ExportVolumeRequest.store:type_name -> pillar.agent.v1.Store
+	10, // 20: pillar.agent.v1.ExportVolumeRequest.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
+	11, // 21: pillar.agent.v1.ExportVolumeResponse.export:type_name -> pillar.agent.v1.Export
+	3,  // 22: pillar.agent.v1.UnexportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	3,  // 23: pillar.agent.v1.AllowHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	3,  // 24: pillar.agent.v1.DenyHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 25: pillar.agent.v1.ListVolumesRequest.store:type_name -> pillar.agent.v1.Store
+	9,  // 26: pillar.agent.v1.ListVolumesResponse.volumes:type_name -> pillar.agent.v1.Volume
+	11, // 27: pillar.agent.v1.ListExportsResponse.exports:type_name -> pillar.agent.v1.Export
+	3,  // 28: pillar.agent.v1.DesiredExport.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 29: pillar.agent.v1.DesiredExport.store:type_name -> pillar.agent.v1.Store
+	10, // 30: pillar.agent.v1.DesiredExport.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
+	34, // 31: pillar.agent.v1.ReconcileRequest.exports:type_name -> pillar.agent.v1.DesiredExport
+	4,  // 32: pillar.agent.v1.ReconcileResult.fencing_rejection:type_name -> pillar.agent.v1.FencingRejection
+	11, // 33: pillar.agent.v1.ReconcileResult.export:type_name -> pillar.agent.v1.Export
+	36, // 34: pillar.agent.v1.ReconcileResponse.results:type_name -> pillar.agent.v1.ReconcileResult
+	12, // 35: pillar.agent.v1.AgentService.GetAgentInfo:input_type -> pillar.agent.v1.GetAgentInfoRequest
+	14, // 36: pillar.agent.v1.AgentService.GetCapacity:input_type -> pillar.agent.v1.GetCapacityRequest
+	16, // 37: pillar.agent.v1.AgentService.CreateVolume:input_type -> pillar.agent.v1.CreateVolumeRequest
+	18, // 38: pillar.agent.v1.AgentService.DeleteVolume:input_type -> pillar.agent.v1.DeleteVolumeRequest
+	20, // 39: pillar.agent.v1.AgentService.ExpandVolume:input_type -> pillar.agent.v1.ExpandVolumeRequest
+	22, // 40: pillar.agent.v1.AgentService.ExportVolume:input_type -> pillar.agent.v1.ExportVolumeRequest
+	24, // 41: pillar.agent.v1.AgentService.UnexportVolume:input_type -> pillar.agent.v1.UnexportVolumeRequest
+	26, // 42: pillar.agent.v1.AgentService.AllowHost:input_type -> pillar.agent.v1.AllowHostRequest
+	28, // 43: pillar.agent.v1.AgentService.DenyHost:input_type -> pillar.agent.v1.DenyHostRequest
+	30, // 44: pillar.agent.v1.AgentService.ListVolumes:input_type -> pillar.agent.v1.ListVolumesRequest
+	32, // 45: pillar.agent.v1.AgentService.ListExports:input_type -> pillar.agent.v1.ListExportsRequest
+	35, // 46: pillar.agent.v1.AgentService.Reconcile:input_type -> pillar.agent.v1.ReconcileRequest
+	13, // 47: pillar.agent.v1.AgentService.GetAgentInfo:output_type -> pillar.agent.v1.GetAgentInfoResponse
+	15, // 48: pillar.agent.v1.AgentService.GetCapacity:output_type -> pillar.agent.v1.GetCapacityResponse
+	17, // 49: pillar.agent.v1.AgentService.CreateVolume:output_type -> pillar.agent.v1.CreateVolumeResponse
+	19, // 50: pillar.agent.v1.AgentService.DeleteVolume:output_type -> pillar.agent.v1.DeleteVolumeResponse
+	21, // 51: pillar.agent.v1.AgentService.ExpandVolume:output_type -> pillar.agent.v1.ExpandVolumeResponse
+	23, // 52: pillar.agent.v1.AgentService.ExportVolume:output_type -> pillar.agent.v1.ExportVolumeResponse
+	25, // 53: pillar.agent.v1.AgentService.UnexportVolume:output_type -> pillar.agent.v1.UnexportVolumeResponse
+	27, // 54: pillar.agent.v1.AgentService.AllowHost:output_type -> pillar.agent.v1.AllowHostResponse
+	29, // 55: pillar.agent.v1.AgentService.DenyHost:output_type -> pillar.agent.v1.DenyHostResponse
+	31, // 56: pillar.agent.v1.AgentService.ListVolumes:output_type -> pillar.agent.v1.ListVolumesResponse
+	33, // 57: pillar.agent.v1.AgentService.ListExports:output_type -> pillar.agent.v1.ListExportsResponse
+	37, // 58: pillar.agent.v1.AgentService.Reconcile:output_type -> pillar.agent.v1.ReconcileResponse
+	47, // [47:59] is the sub-list for method output_type
+	35, // [35:47] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -2593,17 +2721,17 @@ func file_agent_v1_agent_proto_init() {
 	if File_agent_v1_agent_proto != nil {
 		return
 	}
-	file_agent_v1_agent_proto_msgTypes[2].OneofWrappers = []any{
+	file_agent_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
 		(*Store_Zfs)(nil),
 		(*Store_Lvm)(nil),
 	}
-	file_agent_v1_agent_proto_msgTypes[7].OneofWrappers = []any{
+	file_agent_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*Export_NvmeofTcp)(nil),
 	}
-	file_agent_v1_agent_proto_msgTypes[18].OneofWrappers = []any{
+	file_agent_v1_agent_proto_msgTypes[19].OneofWrappers = []any{
 		(*ExportVolumeRequest_NvmeofTcp)(nil),
 	}
-	file_agent_v1_agent_proto_msgTypes[30].OneofWrappers = []any{
+	file_agent_v1_agent_proto_msgTypes[31].OneofWrappers = []any{
 		(*DesiredExport_NvmeofTcp)(nil),
 	}
 	type x struct{}
@@ -2611,8 +2739,8 @@ func file_agent_v1_agent_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   35,
+			NumEnums:      3,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

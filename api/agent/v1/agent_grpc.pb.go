@@ -68,9 +68,10 @@ const (
 //   - FAILED_PRECONDITION without that detail: the node is not in a state
 //     to do it, and a retry of the same request fails until an operator or
 //     another call changes that: the store's ZFS pool or volume group does
-//     not exist, nvmet is not loaded, the port's address is in use or not
-//     on the node, or the volume is busy (held open, so it cannot be
-//     destroyed). The message says which.
+//     not exist, the store is refused (with a StoreRefusal detail: an LVM
+//     thin pool that does not zero new chunks), nvmet is not loaded, the
+//     port's address is in use or not on the node, or the volume is busy
+//     (held open, so it cannot be destroyed). The message says which.
 //   - UNIMPLEMENTED: a backend or transport this agent does not support
 //     (see GetAgentInfoResponse.capabilities), or an RPC newer than the
 //     agent.
@@ -328,9 +329,10 @@ func (c *agentServiceClient) Reconcile(ctx context.Context, in *ReconcileRequest
 //   - FAILED_PRECONDITION without that detail: the node is not in a state
 //     to do it, and a retry of the same request fails until an operator or
 //     another call changes that: the store's ZFS pool or volume group does
-//     not exist, nvmet is not loaded, the port's address is in use or not
-//     on the node, or the volume is busy (held open, so it cannot be
-//     destroyed). The message says which.
+//     not exist, the store is refused (with a StoreRefusal detail: an LVM
+//     thin pool that does not zero new chunks), nvmet is not loaded, the
+//     port's address is in use or not on the node, or the volume is busy
+//     (held open, so it cannot be destroyed). The message says which.
 //   - UNIMPLEMENTED: a backend or transport this agent does not support
 //     (see GetAgentInfoResponse.capabilities), or an RPC newer than the
 //     agent.
