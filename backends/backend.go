@@ -60,6 +60,14 @@ type Volume struct {
 	// Thin is true for a sparse zvol or a thin LV: its space is taken from
 	// the store only as it is written.
 	Thin bool
+	// DevicePath is the volume's block device node as far as the backend
+	// learnt it without activating the volume or waiting for the kernel:
+	// List fills it for every volume that has a node, Create, Get and
+	// Expand may leave it empty. Empty means no node at the moment: an
+	// inactive logical volume, a zvol with volmode=none or one whose node
+	// the kernel has not made yet. It is for reports; Backend.DevicePath
+	// returns the node to open.
+	DevicePath string
 }
 
 // Capacity is the space of a store.

@@ -27,9 +27,9 @@
 //
 // Methods return *Error. When the cause is known its chain wraps one of the
 // sentinel errors (ErrInvalidArgument, ErrNotFound, ErrStoreNotFound,
-// ErrConflict, ErrNoSpace, ErrShrink, ErrBusy); when a tool failed it also
-// wraps the *command.Error with the command line, exit code and standard
-// error. A failure the backend cannot classify (an unexpected message, a
+// ErrConflict, ErrNoSpace, ErrShrink, ErrBusy, ErrThinPoolNotZeroing); when
+// a tool failed it also wraps the *command.Error with the command line, exit
+// code and standard error. A failure the backend cannot classify (an unexpected message, a
 // timeout, which also wraps context.DeadlineExceeded) wraps no sentinel.
 // Callers map the sentinels to their own protocol (gRPC codes in the agent)
 // with errors.Is.

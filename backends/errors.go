@@ -24,6 +24,12 @@ var (
 	// ErrBusy: the volume is open (exported, mounted) and cannot be
 	// destroyed.
 	ErrBusy = errors.New("volume busy")
+	// ErrThinPoolNotZeroing: the LVM thin pool does not zero the chunks it
+	// provisions (created or changed with --zero n), and the store was not
+	// configured to accept that. A write smaller than a chunk then leaves
+	// the rest of the chunk as a deleted volume left it, readable by the
+	// new volume. Fixed on the node with lvchange --zero y VG/POOL.
+	ErrThinPoolNotZeroing = errors.New("thin pool does not zero new blocks")
 )
 
 // Error is the one error type of the backends. Op is the Backend method
@@ -73,3 +79,7 @@ func IsShrink(err error) bool { return errors.Is(err, ErrShrink) }
 
 // IsBusy reports whether err says that the volume is open.
 func IsBusy(err error) bool { return errors.Is(err, ErrBusy) }
+
+// IsThinPoolNotZeroing reports whether err refuses a thin pool that does not
+// zero the chunks it provisions.
+func IsThinPoolNotZeroing(err error) bool { return errors.Is(err, ErrThinPoolNotZeroing) }

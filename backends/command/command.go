@@ -85,7 +85,9 @@ func (e Exec) Run(ctx context.Context, name string, args ...string) ([]byte, err
 	stderr := &limitedBuffer{max: MaxStderr}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 
+	release := dieWithParent(cmd)
 	err := cmd.Run()
+	release()
 	if err == nil {
 		return stdout.Bytes(), nil
 	}

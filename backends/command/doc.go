@@ -13,6 +13,17 @@
 //     blkid, zfs may run mount); killing only the direct child leaves those
 //     running with the store locked, the orphaned-process bug the process
 //     group prevents;
+//   - on Linux, SIGKILL from the kernel when the process that runs it dies
+//     (the parent-death signal): when pillar-agent is SIGKILLed or killed
+//     by the OOM killer, an lvcreate or zfs create in flight dies with it
+//     instead of holding the store's lock and finishing a change nobody
+//     will record. Run keeps its goroutine on the thread that started the
+//     command until the command has been waited for, because the kernel
+//     sends the signal when that thread, not the process, exits. The
+//     tool's own helpers are not signalled (the kernel does not pass the
+//     setting on to a fork's child): they run to their end, without the
+//     store's lock, unless the agent was its PID namespace's init, whose
+//     death kills the whole namespace;
 //   - standard error captured (the first MaxStderr bytes) and returned in an
 //     *Error together with the exit code;
 //   - optionally (Exec.Root) the tools of another root filesystem, run

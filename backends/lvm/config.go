@@ -25,6 +25,14 @@ type Config struct {
 	// ThinPool is an existing thin pool in VolumeGroup; volumes are thin
 	// LVs in it. Empty: volumes are linear LVs.
 	ThinPool string
+	// AllowUnzeroedThinPool accepts a ThinPool that does not zero the
+	// chunks it provisions (created or changed with --zero n). Without it
+	// such a pool is refused (backends.ErrThinPoolNotZeroing) by Create and
+	// Capacity: a write smaller than the pool's chunk size provisions a
+	// whole chunk and leaves the rest of it as a deleted volume left it, so
+	// a new volume can read a previous volume's data. Set it only when every
+	// volume of the pool may read every other's old data.
+	AllowUnzeroedThinPool bool
 	// OvercommitRatio is the ratio of the overcommit rule for thin LVs
 	// (package backends); 0 means 1. It must be 1 or more.
 	OvercommitRatio float64
@@ -83,7 +91,8 @@ func New(c Config) (*Backend, error) {
 	if err := c.validate(); err != nil {
 		return nil, &backends.Error{Op: "configure", Store: c.VolumeGroup, Err: fmt.Errorf("%w: %w", backends.ErrInvalidArgument, err)}
 	}
-	b := &Backend{vg: c.VolumeGroup, thinPool: c.ThinPool, ratio: c.OvercommitRatio, config: commandConfig(c.RejectDevices), run: c.Runner, checkNode: checkNode}
+	b := &Backend{vg: c.VolumeGroup, thinPool: c.ThinPool, allowUnzeroed: c.AllowUnzeroedThinPool, ratio: c.OvercommitRatio,
+		config: commandConfig(c.RejectDevices), run: c.Runner, checkNode: checkNode}
 	b.store = b.vg
 	if b.thinPool != "" {
 		b.store += "/" + b.thinPool

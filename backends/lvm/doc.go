@@ -42,4 +42,13 @@
 //   - --yes answers every prompt and --wipesignatures y wipes any old
 //     signature on a new linear LV without asking; a thin LV's unwritten
 //     blocks read as zeroes, so it has nothing to wipe.
+//   - A thin pool created with --zero n, or changed with lvchange
+//     --zero n, does not zero a chunk when it provisions it: a write
+//     smaller than the chunk leaves the rest of the chunk as a deleted
+//     thin LV left it, readable through the new LV. lv_attr's eighth
+//     character says whether the pool zeroes ('z') or not ('-'); Create
+//     and Capacity refuse such a pool (backends.ErrThinPoolNotZeroing)
+//     unless Config.AllowUnzeroedThinPool is set, at no extra command:
+//     the pool's row is in the lvs report they run anyway. lvchange
+//     --zero y takes effect on an active pool with LVs in use.
 package lvm

@@ -3,3 +3,10 @@ package lvm
 // SetCheckNode replaces how b checks a device node: the unit tests have no
 // /dev/mapper.
 func SetCheckNode(b *Backend, f func(path string, major, minor int64) error) { b.checkNode = f }
+
+// DMPath is dmPath, the node of an active LV.
+var DMPath = dmPath
+
+// AllowUnzeroedThinPool sets Config.AllowUnzeroedThinPool on b: the replay
+// cases share one constructor.
+func AllowUnzeroedThinPool(b *Backend) { b.allowUnzeroed = true }

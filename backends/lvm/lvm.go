@@ -18,10 +18,12 @@ import (
 type Backend struct {
 	vg       string
 	thinPool string // "" for linear volumes
-	store    string // vg or vg/thinpool, for errors
-	ratio    float64
-	config   string // the --config of every lvm command
-	run      command.Runner
+	// allowUnzeroed accepts a thin pool that does not zero new chunks.
+	allowUnzeroed bool
+	store         string // vg or vg/thinpool, for errors
+	ratio         float64
+	config        string // the --config of every lvm command
+	run           command.Runner
 	// checkNode reports whether a path is the block device major:minor.
 	checkNode func(path string, major, minor int64) error
 
@@ -45,7 +47,13 @@ func (b *Backend) report(ctx context.Context, cmd, fields, target string) ([]byt
 }
 
 func (b *Backend) volume(id string, l *lv) *backends.Volume {
-	return &backends.Volume{ID: id, Name: b.vg + "/" + l.name, SizeBytes: l.size, Thin: l.thinVolume()}
+	v := &backends.Volume{ID: id, Name: b.vg + "/" + l.name, SizeBytes: l.size, Thin: l.thinVolume()}
+	// lvs names the device-mapper path of an inactive LV too; only an
+	// active one (with a kernel device number) has a node.
+	if l.major >= 0 {
+		v.DevicePath = l.dmPath
+	}
+	return v
 }
 
 // Create implements backends.Backend.
@@ -85,6 +93,9 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 		if err != nil {
 			return nil, err
 		}
+		if err := b.zeroing(pool); err != nil {
+			return nil, err
+		}
 		if size, err = backends.RoundUp(sizeBytes, pool.extentSize); err != nil {
 			return nil, err
 		}
@@ -103,7 +114,8 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	_, err := b.lvm(ctx, "lvcreate", args...)
 	switch {
 	case err == nil:
-		return &backends.Volume{ID: id, Name: b.vg + "/" + name, SizeBytes: size, Thin: b.thinPool != ""}, nil
+		// lvcreate --activate y made the node (LVMConfig: udev_rules=0).
+		return &backends.Volume{ID: id, Name: b.vg + "/" + name, SizeBytes: size, Thin: b.thinPool != "", DevicePath: dmPath(b.vg, name)}, nil
 	case errs.StderrContains(err, "already exists in volume group"):
 		l, err := b.get(ctx, id)
 		if err != nil {
@@ -154,6 +166,22 @@ func (b *Backend) listPool(ctx context.Context) ([]lv, *lv, error) {
 		}
 	}
 	return nil, nil, errs.New(backends.ErrStoreNotFound, nil, "thin pool %s not found", b.store)
+}
+
+// zeroing refuses a thin pool that does not zero the chunks it provisions,
+// unless the store allows it. It is checked where a volume could get such
+// chunks for the first time (Create) and where the store's health is read
+// (Capacity), not on Expand: an existing volume of the pool already gets
+// unzeroed chunks on any first write, grown or not, and refusing its growth
+// would protect nobody.
+func (b *Backend) zeroing(pool *lv) error {
+	if b.allowUnzeroed || pool.zeroes() {
+		return nil
+	}
+	return errs.New(backends.ErrThinPoolNotZeroing, nil,
+		"zeroing is off (lv_attr %s): a new volume could read what a deleted volume wrote; "+
+			"run `lvchange --zero y %s`, or allow unzeroed thin pools in the store's configuration",
+		pool.attr, b.store)
 }
 
 // thinAvailable applies the overcommit rule: every thin LV in the pool,
@@ -315,6 +343,9 @@ func (b *Backend) capacity(ctx context.Context) (*backends.Capacity, error) {
 	if b.thinPool != "" {
 		lvs, pool, err := b.listPool(ctx)
 		if err != nil {
+			return nil, err
+		}
+		if err := b.zeroing(pool); err != nil {
 			return nil, err
 		}
 		return &backends.Capacity{TotalBytes: pool.size, AvailableBytes: b.thinAvailable(lvs, pool)}, nil

@@ -49,7 +49,7 @@ func nodeOK(path string, major, minor int64) error {
 
 func common(thin bool) []replaytest.Case {
 	vol := func(size int64) *backends.Volume {
-		return &backends.Volume{ID: id, Name: "vg0/" + id, SizeBytes: size, Thin: thin}
+		return &backends.Volume{ID: id, Name: "vg0/" + id, SizeBytes: size, Thin: thin, DevicePath: dmPath}
 	}
 	return []replaytest.Case{
 		// 3 extents and a byte round up to 4 extents.
@@ -104,6 +104,27 @@ func TestThinReplay(t *testing.T) {
 		replaytest.Case{Label: "create-over-available", Call: replaytest.Create("pvc-over", 248<<20+extent), Err: backends.ErrNoSpace},
 	)
 	replaytest.Run(t, "testdata/lvm-thin", newBackend("thinpool", nodeOK), cases)
+}
+
+// TestZeroingReplay: the fixture's thin pool after lvchange --zero n
+// (lv_attr twi-aot---, with the thin LV pvc-before in it) is refused by
+// Create and Capacity at their one lvs, accepted with the opt-out, and
+// accepted again after lvchange --zero y (twi-aotz--).
+func TestZeroingReplay(t *testing.T) {
+	allow := func(b backends.Backend) { lvm.AllowUnzeroedThinPool(b.(*lvm.Backend)) }
+	// 256 MiB, of which pvc-before (8 MiB) is promised.
+	avail := int64(248 << 20)
+	replaytest.Run(t, "testdata/lvm-zero", newBackend("thinpool", nil), []replaytest.Case{
+		{Label: "create-not-zeroing", Call: replaytest.Create("pvc-refused", 2*extent), Err: backends.ErrThinPoolNotZeroing},
+		{Label: "capacity-not-zeroing", Call: replaytest.Capacity, Err: backends.ErrThinPoolNotZeroing},
+		{Label: "capacity-allowed", Setup: allow, Call: replaytest.Capacity,
+			Want: &backends.Capacity{TotalBytes: 256 << 20, AvailableBytes: avail}},
+		{Label: "create-allowed", Setup: allow, Call: replaytest.Create("pvc-allowed", 2*extent),
+			Want: &backends.Volume{ID: "pvc-allowed", Name: "vg0/pvc-allowed", SizeBytes: 2 * extent, Thin: true, DevicePath: "/dev/mapper/vg0-pvc--allowed"}},
+		// pvc-allowed is promised too.
+		{Label: "capacity-zeroing", Call: replaytest.Capacity,
+			Want: &backends.Capacity{TotalBytes: 256 << 20, AvailableBytes: avail - 2*extent}},
+	})
 }
 
 func TestDeviceReplay(t *testing.T) {

@@ -47,3 +47,10 @@ func LVName(vg, id string) string {
 
 // dmNameLen is the length of s in a device-mapper name: '-' is doubled.
 func dmNameLen(s string) int { return len(s) + strings.Count(s, "-") }
+
+// dmPath is the node LVM makes for the active LV vg/lv, the path lvs
+// reports as lv_dm_path: /dev/mapper/VG-LV with each '-' of the two names
+// doubled.
+func dmPath(vg, lv string) string {
+	return "/dev/mapper/" + strings.ReplaceAll(vg, "-", "--") + "-" + strings.ReplaceAll(lv, "-", "--")
+}

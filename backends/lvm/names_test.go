@@ -64,11 +64,27 @@ func FuzzLVName(f *testing.F) {
 	})
 }
 
+// TestDMPath: lv_dm_path as lvs reports it ("vg0-pvc--conformance" in
+// the captures), for a group name with a '-' as well.
+func TestDMPath(t *testing.T) {
+	for _, c := range []struct{ vg, lv, want string }{
+		{"vg0", "pvc-conformance", "/dev/mapper/vg0-pvc--conformance"},
+		{"my-vg", "pvc--1", "/dev/mapper/my--vg-pvc----1"},
+		{"vg_0", "pillar_79c6", "/dev/mapper/vg_0-pillar_79c6"},
+	} {
+		if got := lvm.DMPath(c.vg, c.lv); got != c.want {
+			t.Errorf("DMPath(%q, %q) = %q, want %q", c.vg, c.lv, got, c.want)
+		}
+	}
+}
+
 func TestReservedNamesReplay(t *testing.T) {
 	replaytest.Run(t, "testdata/lvm-names", newBackend("", nil), []replaytest.Case{
 		{Label: "create-snapshot", Call: replaytest.Create("snapshot-1", extent),
-			Want: &backends.Volume{ID: "snapshot-1", Name: "vg0/pillar_79c6d61344be00e74b64db50b5b9639b", SizeBytes: extent}},
+			Want: &backends.Volume{ID: "snapshot-1", Name: "vg0/pillar_79c6d61344be00e74b64db50b5b9639b", SizeBytes: extent,
+				DevicePath: "/dev/mapper/vg0-pillar_79c6d61344be00e74b64db50b5b9639b"}},
 		{Label: "create-pvmove", Call: replaytest.Create("pvmove.2", extent),
-			Want: &backends.Volume{ID: "pvmove.2", Name: "vg0/pillar_dc0fa46055563f0dfd37335c4a443fba", SizeBytes: extent}},
+			Want: &backends.Volume{ID: "pvmove.2", Name: "vg0/pillar_dc0fa46055563f0dfd37335c4a443fba", SizeBytes: extent,
+				DevicePath: "/dev/mapper/vg0-pillar_dc0fa46055563f0dfd37335c4a443fba"}},
 	})
 }

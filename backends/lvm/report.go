@@ -70,6 +70,14 @@ func (l *lv) thinVolume() bool { return strings.HasPrefix(l.attr, "V") }
 // thinPool reports whether the LV is a thin pool (lv_attr 't').
 func (l *lv) thinPool() bool { return strings.HasPrefix(l.attr, "t") }
 
+// zeroes reports whether a thin pool zeroes the chunks it provisions before
+// their first use: lv_attr's eighth character is 'z' (lvs(8), "Newly-
+// allocated data blocks are overwritten with blocks of (z)eroes before
+// use"), '-' after --zero n. lv_attr rather than the zero field: zero is a
+// segment field, and one segment field in -o makes lvs report a row per
+// segment instead of one per LV.
+func (l *lv) zeroes() bool { return len(l.attr) > 7 && l.attr[7] == 'z' }
+
 func parseReport(out []byte) (*report, error) {
 	var r report
 	if err := json.Unmarshal(out, &r); err != nil {

@@ -157,7 +157,7 @@ func New(c Config) (*Backend, error) {
 		ratio:         c.OvercommitRatio,
 		run:           c.Runner,
 		deviceTimeout: c.DeviceTimeout,
-		findZvol:      findZvol,
+		zvolDevices:   zvolDevices,
 	}
 	if c.ParentDataset != "" {
 		b.parent = c.Pool + "/" + c.ParentDataset

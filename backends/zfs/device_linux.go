@@ -8,9 +8,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/pillar-csi/pillar-csi/backends"
-	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 )
 
 // blkZName is ZFS's BLKZNAME ioctl, _IOR(0x12, 125, char[ZFS_MAX_DATASET_NAME_LEN])
@@ -20,13 +17,14 @@ const (
 	blkZName       = 2<<30 | datasetNameBuf<<16 | 0x12<<8 | 125
 )
 
-// findZvol returns the /dev/zdN node of the zvol named dataset, or an error
-// wrapping ErrNotFound if no device has that name yet.
-func findZvol(dataset string) (string, error) {
+// zvolDevices returns the /dev/zdN node of every zvol that has one, by
+// dataset name.
+func zvolDevices() (map[string]string, error) {
 	ents, err := os.ReadDir("/sys/block")
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	devs := map[string]string{}
 	for _, e := range ents {
 		// Only whole devices are in /sys/block; a zvol with volmode=full
 		// has its partitions (zd0p1) under its own directory.
@@ -38,11 +36,9 @@ func findZvol(dataset string) (string, error) {
 		if err != nil {
 			continue // being removed, or its node not made yet
 		}
-		if name == dataset {
-			return dev, nil
-		}
+		devs[name] = dev
 	}
-	return "", errs.New(backends.ErrNotFound, nil, "no /dev/zd* device of %s", dataset)
+	return devs, nil
 }
 
 func zvolName(dev string) (string, error) {

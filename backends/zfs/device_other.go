@@ -7,7 +7,7 @@ import (
 	"runtime"
 )
 
-// findZvol needs Linux's /sys/block and ZFS's BLKZNAME ioctl.
-func findZvol(string) (string, error) {
-	return "", errors.New("zvol device nodes are found only on Linux, not " + runtime.GOOS)
+// zvolDevices needs Linux's /sys/block and ZFS's BLKZNAME ioctl.
+func zvolDevices() (map[string]string, error) {
+	return nil, errors.New("zvol device nodes are found only on Linux, not " + runtime.GOOS)
 }

@@ -2,9 +2,9 @@ package zfs
 
 import "time"
 
-// SetFindZvol replaces how b finds a zvol's device node: the unit tests
-// have no /sys/block/zd*.
-func SetFindZvol(b *Backend, f func(dataset string) (string, error)) { b.findZvol = f }
+// SetZvolDevices replaces how b finds the zvols' device nodes: the unit
+// tests have no /sys/block/zd*.
+func SetZvolDevices(b *Backend, f func() (map[string]string, error)) { b.zvolDevices = f }
 
 // SetBusyRetry sets how often and how far apart Delete repeats a busy
 // destroy; the replay tests expect each capture once.

@@ -29,7 +29,9 @@ type Backend struct {
 	busyDelay     time.Duration
 	run           command.Runner
 	deviceTimeout time.Duration
-	findZvol      func(dataset string) (string, error)
+	// zvolDevices returns the /dev/zdN node of every zvol that has one,
+	// by dataset name.
+	zvolDevices func() (map[string]string, error)
 
 	// admit serialises the admission check and the change of sparse
 	// creates and expansions, so that two of them cannot both fit into the
@@ -302,12 +304,20 @@ func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One look at the zvol devices for all volumes, without waiting: a
+	// node the kernel has not made yet is reported as none.
+	devs, err := b.zvolDevices()
+	if err != nil {
+		return nil, err
+	}
 	vs := []backends.Volume{}
 	for _, z := range zs {
 		// Owned: the property holds a volume ID, and it is the ID the
 		// zvol is named after (a renamed or copied zvol is not ours).
 		if backends.ValidateVolumeID(z.owner) == nil && z.name == b.dataset(z.owner) {
-			vs = append(vs, *z.volume())
+			v := z.volume()
+			v.DevicePath = devs[z.name]
+			vs = append(vs, *v)
 		}
 	}
 	slices.SortFunc(vs, func(a, b backends.Volume) int { return strings.Compare(a.ID, b.ID) })
@@ -387,9 +397,12 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.deviceTimeout)
 	defer cancel()
 	for {
-		dev, err := b.findZvol(z.name)
-		if err == nil || !backends.IsNotFound(err) {
-			return dev, err
+		devs, err := b.zvolDevices()
+		if err != nil {
+			return "", err
+		}
+		if dev, ok := devs[z.name]; ok {
+			return dev, nil
 		}
 		select {
 		case <-ctx.Done():

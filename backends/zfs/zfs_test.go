@@ -2,7 +2,6 @@ package zfs_test
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -36,11 +35,8 @@ func newBackend(sparse bool) replaytest.NewBackend {
 		if err != nil {
 			t.Fatal(err)
 		}
-		zfs.SetFindZvol(b, func(dataset string) (string, error) {
-			if dataset != name {
-				return "", errors.New("unexpected dataset " + dataset)
-			}
-			return "/dev/zd0", nil
+		zfs.SetZvolDevices(b, func() (map[string]string, error) {
+			return map[string]string{name: "/dev/zd0", "tank/other": "/dev/zd16"}, nil
 		})
 		zfs.SetBusyRetry(b, 0, 0)
 		return b
@@ -85,7 +81,8 @@ func common(thin bool) []replaytest.Case {
 		{Label: "expand-same", Call: replaytest.Expand(id, 6*unit), Want: vol(6 * unit)},
 		{Label: "expand-shrink", Call: replaytest.Expand(id, 5*unit), Err: backends.ErrShrink},
 		// A thick zvol "foreign" without the owner property is left out.
-		{Label: "list", Call: replaytest.List, Want: []backends.Volume{*vol(6 * unit)}},
+		// List alone looks for the device nodes, once for all zvols.
+		{Label: "list", Call: replaytest.List, Want: []backends.Volume{listed(vol(6*unit), "/dev/zd0")}},
 		{Label: "get-foreign", Call: replaytest.Get("foreign"), Err: backends.ErrConflict},
 		{Label: "create-foreign", Call: replaytest.Create("foreign", 2*unit), Err: backends.ErrConflict},
 		{Label: "delete-foreign", Call: replaytest.Delete("foreign"), Err: backends.ErrConflict},
@@ -159,4 +156,11 @@ func TestSparseCapacityRule(t *testing.T) {
 			t.Errorf("ratio %g: capacity %+v, want %+v", c.ratio, *got, want)
 		}
 	}
+}
+
+// listed is v as List reports it, with its device node.
+func listed(v *backends.Volume, dev string) backends.Volume {
+	l := *v
+	l.DevicePath = dev
+	return l
 }
