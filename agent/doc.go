@@ -10,6 +10,8 @@
 //     transport of its own: Register it on any grpc.ServiceRegistrar.
 //   - app: the process around it — flags, gRPC server, TLS, health,
 //     metrics, logging, graceful shutdown; cmd/pillar-agent is its main.
+//   - marks: "pillar-agent marks", the operator's command that lists and
+//     repairs the fencing marks (documented in app, "Fencing marks").
 //
 // The real-kernel suite of the service, with its benchmarks, is
 // tests/kernel/agent.

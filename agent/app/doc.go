@@ -17,13 +17,16 @@
 //	-tls-ca-file file           CA bundle client certificates must chain to (PEM)
 //	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 20s)
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
+//	-store-concurrency n        backend calls at once per store; more wait (default 4)
 //	-readiness-interval d       how often readiness is checked (default 5s)
 //	-host-root dir              the host's / mounted in the container: run the host's zfs, zpool, lvm chrooted into it
 //	-version                    print the version and exit
 //	-lvm-reject regexp          device paths LVM never scans (repeatable; global_filter r|regexp| entries)
 //
 // Bad values stop the agent at once with an error naming the flag (exit
-// status 2); -h lists every flag with its default.
+// status 2); -h lists every flag with its default. "pillar-agent marks
+// COMMAND" is the operator's tool for the fencing marks instead (see
+// Fencing marks below).
 //
 // # The host's storage tools
 //
@@ -121,4 +124,189 @@
 // dropped after 20 s without an answer; clients may ping at most every
 // 10 s (faster pingers get GOAWAY). The HTTP server bounds header reads
 // (5 s), requests (10 s) and responses (30 s).
+//
+// # Fencing marks
+//
+// "pillar-agent marks" lists and repairs the durable fencing marks in
+// -generations-dir (the marks, the ledger of retired lifecycles and the
+// decision table are described in package fencing). It is in the agent's
+// binary, so the image needs nothing else; the work is done by the fencing
+// store's own functions (package marks is only the command line):
+//
+//	pillar-agent marks list [-o json]                 every mark: volume, state, lifecycle, generation, history; the ledger's size
+//	pillar-agent marks show [-o json] VOLUME          one mark in full; for a damaged one, what can still be read from it
+//	pillar-agent marks retire -grace D [-keep VOLUME]  remove tombstones that ended at least D ago
+//	pillar-agent marks end -uid U VOLUME              end the mark's active lifecycle U (LIFECYCLE_REPLACED)
+//	pillar-agent marks reset -uid U -generation G [-ended] [-accept-loss] VOLUME
+//	                                                  replace a damaged mark (MARK_UNREADABLE)
+//	pillar-agent marks reset-ledger [-accept-loss]    replace a damaged ledger, which stops the agent from starting
+//
+// Every command takes -generations-dir (default
+// /var/lib/pillar-csi/agent/generations). Usage errors exit with status 2,
+// refusals and failures with 1.
+//
+// list and show only read, and take no lock: the store replaces every file
+// by an atomic rename, so each file is read whole, old or new, and reading
+// changes nothing. They therefore run beside the agent, from its pod (the
+// image has no shell; the binary is the command):
+//
+//	kubectl -n NAMESPACE exec POD -c pillar-agent -- pillar-agent marks list
+//
+// A listing is not one snapshot of the directory, and can be out of date a
+// moment later; that is why the commands that write decide nothing from
+// it. They take the directory's exclusive lock, as the agent does, and
+// check everything again under it. The lock is also why they refuse to run
+// while an agent runs on the node (after -lock-timeout, default 5 s):
+// two writers would each decide against marks the other is changing.
+// Without -yes they print what they would change, checked under the lock,
+// and write nothing; with -yes they print what they changed.
+//
+// # Stopping the agent on one node
+//
+// With the chart, take the node out of the DaemonSet's nodeSelector: the
+// DaemonSet controller then deletes that node's agent pod (its SIGTERM
+// closes the store and releases the lock), and no other storage node is
+// touched. Editing the DaemonSet itself would restart every agent. With
+// the chart's default selector:
+//
+//	kubectl label node NODE pillar-csi.io/storage-node-
+//	kubectl -n NAMESPACE get pods -l app.kubernetes.io/component=agent --field-selector spec.nodeName=NODE   # until none is left
+//	kubectl -n NAMESPACE get daemonset -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].spec.template.spec.containers[0].image}'
+//	kubectl debug node/NODE -it --image=IMAGE -- pillar-agent marks COMMAND -generations-dir /host/var/lib/pillar-csi/agent/generations ...
+//	kubectl label node NODE pillar-csi.io/storage-node=true
+//
+// kubectl debug runs the same image (so the same release of the tool) as
+// root with the node's "/" mounted at /host; use the chart's
+// agent.generationsDir after /host if it was changed, and delete the
+// node-debugger pod afterwards. A root shell on the node with a
+// pillar-agent binary of the same release works as well. While the agent
+// is stopped, the node's exports keep serving I/O (nvmet's configuration
+// is kernel state), but nothing on the node is created, published, expanded
+// or deleted: the controller's calls fail as unreachable and are retried
+// once the agent is back.
+//
+// # LIFECYCLE_REPLACED: end the lifecycle the cluster no longer has
+//
+// Every request of the volume's current PillarVolumeState is refused with
+// LIFECYCLE_REPLACED when the mark's active lifecycle U belongs to an
+// object that was deleted without its DeleteVolume reaching the agent
+// (typically a finalizer removed by hand, and the volume ID reused). The
+// FencingRefused event names both UIDs. First make sure the mark is the
+// stale side:
+//
+//	kubectl get pillarvolumestate VOLUME -o jsonpath='{.metadata.uid}'
+//
+// If that prints the mark's UID, the refused request is the stale one and
+// fencing is doing its job: change nothing. Otherwise, with the agent
+// stopped, run "pillar-agent marks end -uid U VOLUME", read what it would
+// do, and run it again with -yes; then start the agent. The controller's
+// next retry is admitted as a new lifecycle (rule 16).
+//
+// end changes the mark exactly as an accepted DeleteVolume of U at the
+// mark's own generation would (rule 9): the mark becomes a tombstone and U
+// joins its history. From then on U is refused for ever (LIFECYCLE_ENDED,
+// rules 10, 12 and 15), as after any deletion; until another lifecycle
+// begins, a retried DeleteVolume of U is still accepted (rule 14), as after
+// any deletion too. -uid must be the mark's own active lifecycle: any other
+// UID, a volume without a mark and an unreadable mark are refused, so end
+// can only retire a lifecycle, never install or switch one; the new
+// lifecycle is admitted by the agent's ordinary rules when it asks. end
+// does not touch the volume's storage: the new lifecycle's CreateVolume
+// adopts a backend volume of that ID that is large enough, so if U's data
+// must not reach it, destroy the zvol or LV by hand before starting the
+// agent.
+//
+// # MARK_UNREADABLE: reset a damaged mark
+//
+// A mark that fails its checksum, or cannot be read, makes the agent refuse
+// every request of its volume. "pillar-agent marks show VOLUME" prints the
+// error and what can still be read from the file. Read the lifecycle from
+// the cluster:
+//
+//	kubectl get pillarvolumestate VOLUME -o jsonpath='{.metadata.uid} {.spec.publicationGeneration} {.metadata.deletionTimestamp}'
+//
+// With the agent stopped, run "pillar-agent marks reset -uid UID
+// -generation GENERATION VOLUME", adding -ended if the object has a
+// deletionTimestamp (its DeleteVolume may already have ended the lifecycle
+// on the node). Read what it would do; run it again with -yes, and with
+// -accept-loss if it says so (see below); restart pillar-controller
+// (kubectl rollout restart on its Deployment) and start the agent. If no
+// PillarVolumeState of that name exists, nothing uses the volume ID: the
+// damaged mark only refuses requests for it, and may be left as it is.
+//
+// The damaged file is kept under damaged/ in the directory (a hard link:
+// even a file whose blocks cannot be read is kept), every lifecycle that
+// can still be read from it, other than UID, is written to the ledger as
+// ended, and the new mark then replaces the damaged one atomically. A crash
+// at any point leaves the damaged mark (refusing everything) or the new
+// one, never no mark. What stays refused afterwards:
+//
+//   - every other lifecycle: LIFECYCLE_REPLACED while UID holds the volume,
+//     LIFECYCLE_ENDED for those written to the ledger;
+//   - UID below GENERATION: STALE_GENERATION. The controller advances
+//     publicationGeneration by compare-and-swap before every call, so the
+//     damaged mark's generation was at most GENERATION, and nothing it
+//     refused as stale is admitted now;
+//   - with -ended, every change of UID (LIFECYCLE_ENDED); its DeleteVolume
+//     retries are accepted, so a deletion in progress finishes.
+//
+// What is given up is the damaged mark's history: lifecycles that ended on
+// this volume before the damage. Those read back from the file stay
+// refused through the ledger. One that cannot be read back is refused while
+// UID is active, but once UID ends it would be admitted as a new lifecycle
+// (rule 16) if a controller still sent its requests. Hence -accept-loss,
+// required unless the file's checksum matched and its history read back
+// whole, and the controller restart: such a request could only come from a
+// controller process that has run since before that lifecycle's
+// PillarVolumeState was deleted (or from an etcd backup restored from
+// before it), and a restarted controller holds no such token.
+//
+// reset refuses, writing nothing: a mark that can be read (reset never
+// switches a mark to another lifecycle; LIFECYCLE_REPLACED is end's job), a
+// volume without a mark file, a UID the ledger lists as retired, a damaged
+// file that lists UID as ended unless -ended (an active mark would let it
+// write again), a GENERATION below the one an intact file records for UID,
+// and a file of a later format version (run the later release's tool).
+//
+// # A damaged ledger
+//
+// The agent does not start when its ledger of retired lifecycles cannot be
+// read ("fencing: open (.../retired.ledger): corrupt fencing mark:
+// ledger: ..."), because without it a retired lifecycle would look new;
+// "pillar-agent marks list" reports "ledger: UNREADABLE". With the agent
+// stopped, run "pillar-agent marks reset-ledger", then again with -yes
+// -accept-loss; restart pillar-controller and start the agent.
+//
+// The ledger has a single checksum over the whole file and its records are
+// 16-byte fingerprints of (volume ID, lifecycle UID), so once the checksum
+// fails nothing tells a damaged record from an intact one, and nothing
+// names the volume of a lost one. reset-ledger keeps every whole record,
+// damaged or not (a damaged one can only refuse a lifecycle that never
+// existed), and keeps the damaged file under damaged/. A record that was
+// damaged or cut off is lost: that retired lifecycle could be admitted
+// again as a new lifecycle of its volume. Refusing new lifecycles on
+// "affected volumes" is not possible, since no record says which they are,
+// and refusing them on every volume without a mark would refuse every new
+// volume of the node; so the loss is accepted explicitly and the
+// controller restarted, as for a damaged mark. The agent itself never
+// retires tombstones: the ledger grows only by "marks retire" and when a
+// volume ID has had more than 16 ended lifecycles, so on most nodes it is
+// small or absent.
+//
+// # Retiring tombstones
+//
+// A deleted volume leaves a tombstone, a small file. "pillar-agent marks
+// retire -grace 720h" (then with -yes) removes the tombstones of
+// lifecycles that ended at least the grace ago, after writing each of their
+// lifecycles to the ledger, so none of them is ever admitted again
+// (fencing.Store.Retire). After retirement a retried DeleteVolume of such a
+// lifecycle is refused with LIFECYCLE_ENDED, and pillar-controller does not
+// take that for success: a PillarVolumeState whose deletion was still
+// being retried would stay, failing. So choose a grace longer than any
+// deletion could still be retrying, and -keep every volume whose
+// PillarVolumeState still exists (kubectl get pillarvolumestates) or whose
+// storage is known to remain.
+//
+// Damaged files kept by reset and reset-ledger stay under damaged/; the
+// agent never reads them, and they can be removed once examined.
 package app

@@ -70,6 +70,9 @@ type Options struct {
 	ShutdownGracePeriod time.Duration
 	// CommandTimeout bounds each backend command.
 	CommandTimeout time.Duration
+	// StoreConcurrency is how many backend calls run at once per store;
+	// further calls wait their turn within their deadline.
+	StoreConcurrency int
 	// HostRoot, if not empty, is the host's root filesystem mounted into
 	// the container; zfs, zpool and lvm are the host's, run chrooted
 	// into it.
@@ -103,6 +106,7 @@ func DefaultOptions() Options {
 		LogFormat:           "json",
 		ShutdownGracePeriod: DefaultShutdownGracePeriod,
 		CommandTimeout:      DefaultCommandTimeout,
+		StoreConcurrency:    server.DefaultStoreConcurrency,
 		ReadinessInterval:   DefaultReadinessInterval,
 	}
 }
@@ -114,6 +118,9 @@ creates ZFS zvols and LVM logical volumes, exports them over NVMe-oF/TCP
 through the kernel's nvmet configfs, and fences stale requests with durable
 generation marks. It serves plaintext gRPC unless all three -tls-* files are
 given, in which case clients must present a certificate signed by the CA.
+
+pillar-agent marks COMMAND inspects and repairs the fencing marks instead
+(pillar-agent marks -h).
 
 Flags:
 `
@@ -142,6 +149,7 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	fs.StringVar(&o.TLS.CAFile, "tls-ca-file", "", "PEM CA bundle `file` that client certificates must chain to")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
 	fs.DurationVar(&o.CommandTimeout, "command-timeout", o.CommandTimeout, "timeout of each zfs, zpool and lvm command")
+	fs.IntVar(&o.StoreConcurrency, "store-concurrency", o.StoreConcurrency, "how many backend calls run at once per store; further calls wait their turn")
 	fs.StringVar(&o.HostRoot, "host-root", "", "`directory` holding the host's root filesystem (in a container: the host's / mounted there); zfs, zpool and lvm are then the host's own, run chrooted into it, so they match the host's kernel module and LVM configuration (default: this machine's tools)")
 	fs.BoolVar(&o.PrintVersion, "version", false, "print the version and exit")
 	fs.Func("lvm-reject", "`regexp` of device paths LVM must never scan, such as ^/dev/zd (repeatable; each becomes an r|regexp| entry of the devices/global_filter of every lvm command, replacing the node's own global_filter for them)", func(v string) error {
@@ -159,7 +167,7 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 		return Options{}, err
 	}
 	if fs.NArg() > 0 {
-		return Options{}, fmt.Errorf("unexpected argument %q: pillar-agent takes flags only (see -h)", fs.Arg(0))
+		return Options{}, fmt.Errorf("unexpected argument %q: pillar-agent takes flags only, or the marks command first (see -h)", fs.Arg(0))
 	}
 	if o.PrintVersion {
 		return o, nil
@@ -215,6 +223,9 @@ func (o Options) Validate() error {
 	}
 	if o.CommandTimeout <= 0 {
 		return fmt.Errorf("-command-timeout: %v must be positive", o.CommandTimeout)
+	}
+	if o.StoreConcurrency < 1 {
+		return fmt.Errorf("-store-concurrency: %d must be at least 1", o.StoreConcurrency)
 	}
 	if o.ReadinessInterval <= 0 {
 		return fmt.Errorf("-readiness-interval: %v must be positive", o.ReadinessInterval)

@@ -40,7 +40,8 @@ func TestParseFlagsDefaults(t *testing.T) {
 		o.ConfigfsRoot != "/sys/kernel/config" || o.LogFormat != "json" || o.LogLevel != slog.LevelInfo || o.TLSEnabled() {
 		t.Fatalf("defaults = %+v", o)
 	}
-	if o.NodeName != want.NodeName || o.ShutdownGracePeriod != want.ShutdownGracePeriod || o.CommandTimeout != want.CommandTimeout || o.ReadinessInterval != want.ReadinessInterval {
+	if o.NodeName != want.NodeName || o.ShutdownGracePeriod != want.ShutdownGracePeriod || o.CommandTimeout != want.CommandTimeout || o.ReadinessInterval != want.ReadinessInterval ||
+		o.StoreConcurrency != 4 {
 		t.Fatalf("defaults = %+v, want %+v", o, want)
 	}
 }
@@ -50,7 +51,7 @@ func TestParseFlagsEverything(t *testing.T) {
 		"-listen-address", "10.0.0.5:7000", "-node-name", "n2", "-generations-dir", "/g", "-configfs-root", "/c",
 		"-metrics-address", "", "-log-level", "debug", "-log-format", "text",
 		"-tls-cert-file", "/t/crt", "-tls-key-file", "/t/key", "-tls-ca-file", "/t/ca",
-		"-shutdown-grace-period", "3s", "-command-timeout", "1m", "-readiness-interval", "1s",
+		"-shutdown-grace-period", "3s", "-command-timeout", "1m", "-readiness-interval", "1s", "-store-concurrency", "2",
 		"-host-root", "/host", "-lvm-reject", "^/dev/zd", "-lvm-reject", "^/dev/nvme",
 	}, env(map[string]string{"NODE_NAME": "from-env"}), nil)
 	if err != nil {
@@ -59,7 +60,7 @@ func TestParseFlagsEverything(t *testing.T) {
 	if o.ListenAddress != "10.0.0.5:7000" || o.NodeName != "n2" || o.GenerationsDir != "/g" || o.ConfigfsRoot != "/c" ||
 		o.MetricsAddress != "" || o.LogLevel != slog.LevelDebug || o.LogFormat != "text" || !o.TLSEnabled() ||
 		o.TLS.CAFile != "/t/ca" || o.ShutdownGracePeriod != 3*time.Second || o.CommandTimeout != time.Minute || o.ReadinessInterval != time.Second ||
-		o.HostRoot != "/host" || !slices.Equal(o.LVMReject, []string{"^/dev/zd", "^/dev/nvme"}) {
+		o.StoreConcurrency != 2 || o.HostRoot != "/host" || !slices.Equal(o.LVMReject, []string{"^/dev/zd", "^/dev/nvme"}) {
 		t.Fatalf("parsed %+v", o)
 	}
 }
@@ -82,6 +83,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{withNode("-shutdown-grace-period", "-1s"), "-shutdown-grace-period: -1s is negative"},
 		{withNode("-command-timeout", "0s"), "-command-timeout: 0s must be positive"},
 		{withNode("-readiness-interval", "0"), "-readiness-interval"},
+		{withNode("-store-concurrency", "0"), "-store-concurrency: 0 must be at least 1"},
 		{withNode("-generations-dir", ""), "-generations-dir: must not be empty"},
 		{withNode("-tls-cert-file", "/a"), "-tls-key-file and -tls-ca-file missing"},
 		{withNode("-tls-cert-file", "/a", "-tls-key-file", "/b"), ": -tls-ca-file missing"},
@@ -118,6 +120,7 @@ func TestParseFlagsHelp(t *testing.T) {
 		"-tls-cert-file", "-tls-key-file", "-tls-ca-file",
 		"-shutdown-grace-period", "(default 20s)",
 		"-command-timeout", "(default 2m0s)",
+		"-store-concurrency", "(default 4)",
 		"-readiness-interval", "(default 5s)",
 	} {
 		if !strings.Contains(out.String(), want) {

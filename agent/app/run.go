@@ -63,6 +63,7 @@ func newServer(opts Options, logger *slog.Logger) (service, error) {
 		ConfigfsRoot:     opts.ConfigfsRoot,
 		Logger:           logger,
 		CommandTimeout:   opts.CommandTimeout,
+		StoreConcurrency: opts.StoreConcurrency,
 		HostRoot:         opts.HostRoot,
 		LVMRejectDevices: opts.LVMReject,
 	})

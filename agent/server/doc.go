@@ -49,5 +49,8 @@
 // The agent keeps no store configuration: each request carries its store.
 // One backend object is kept per distinct store configuration for the
 // life of the agent, so the backend's own space accounting (thin
-// admission under the overcommit rule) sees every call for the store.
+// admission under the overcommit rule) sees every call for the store. An
+// LVM thin pool that does not zero the chunks it provisions is refused by
+// GetCapacity and CreateVolume (FAILED_PRECONDITION with a StoreRefusal
+// detail) unless the request's LvmStore sets allow_unzeroed_thin_pool.
 package server

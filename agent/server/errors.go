@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/configfs"
 	"github.com/pillar-csi/pillar-csi/fencing"
@@ -22,8 +23,10 @@ import (
 // when only a tool's own timeout (Config.CommandTimeout) did, because the
 // node was too slow and a retry may succeed.
 //
-// Fencing refusals never reach this function; fenceError reports them
-// with their FencingRejection detail.
+// A refused store (an LVM thin pool that does not zero new chunks) is
+// FAILED_PRECONDITION with a StoreRefusal detail, which tells it from a
+// missing pool. Fencing refusals never reach this function; fenceError
+// reports them with their FencingRejection detail.
 func toStatus(ctx context.Context, op, volumeID string, err error) error {
 	if err == nil {
 		return nil
@@ -36,6 +39,11 @@ func toStatus(ctx context.Context, op, volumeID string, err error) error {
 		msg += fmt.Sprintf(" volume %q", volumeID)
 	}
 	msg += ": " + err.Error()
+	if backends.IsThinPoolNotZeroing(err) {
+		// The detail tells the controller (a PillarStore's Ready
+		// reason) that the store exists but is refused.
+		return agentv1.NewStoreRefusalError(&agentv1.StoreRefusal{Reason: agentv1.StoreRefusal_REASON_THIN_POOL_NOT_ZEROING}, msg)
+	}
 	return status.Error(codeOf(ctx, err), msg)
 }
 
@@ -75,6 +83,10 @@ func codeOf(ctx context.Context, err error) codes.Code {
 	case errors.Is(err, backends.ErrNoSpace):
 		return codes.ResourceExhausted
 	case errors.Is(err, backends.ErrShrink), errors.Is(err, backends.ErrBusy):
+		return codes.FailedPrecondition
+	case errors.Is(err, backends.ErrThinPoolNotZeroing):
+		// The store exists but is refused until an operator turns the
+		// thin pool's zeroing on or accepts the risk in the store.
 		return codes.FailedPrecondition
 	}
 

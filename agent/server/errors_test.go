@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/configfs"
@@ -42,6 +43,7 @@ func TestToStatus(t *testing.T) {
 		{"no space", live, be(backends.ErrNoSpace), codes.ResourceExhausted},
 		{"shrink", live, be(backends.ErrShrink), codes.FailedPrecondition},
 		{"busy", live, be(backends.ErrBusy), codes.FailedPrecondition},
+		{"thin pool not zeroing", live, &backends.Error{Op: "capacity", Store: "vg0/thinpool", Err: backends.ErrThinPoolNotZeroing}, codes.FailedPrecondition},
 		{"unclassified tool failure", live, &backends.Error{Op: "create", Err: &command.Error{Cmd: []string{"zfs"}, ExitCode: 1}}, codes.Internal},
 		{"tool missing", live, &backends.Error{Op: "create", Err: &command.Error{Cmd: []string{"zfs"}, ExitCode: -1, Err: exec.ErrNotFound}}, codes.Unimplemented},
 		{"tool timeout, caller alive", live, toolTimeout, codes.Unavailable},
@@ -68,6 +70,11 @@ func TestToStatus(t *testing.T) {
 		}
 		if c.want != codes.Aborted && st.Message() != "CreateVolume volume \"pvc-1\": "+c.err.Error() {
 			t.Errorf("%s: message %q does not carry the cause", c.name, st.Message())
+		}
+		// Only a refused store carries the StoreRefusal detail.
+		if ref, ok := agentv1.StoreRefusalOf(err); ok != backends.IsThinPoolNotZeroing(c.err) ||
+			(ok && ref.GetReason() != agentv1.StoreRefusal_REASON_THIN_POOL_NOT_ZEROING) {
+			t.Errorf("%s: StoreRefusal detail %v, %v", c.name, ref, ok)
 		}
 	}
 	if toStatus(live, "x", "", nil) != nil {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/configfs"
 	"github.com/pillar-csi/pillar-csi/fencing"
 	"google.golang.org/grpc/codes"
@@ -141,30 +140,49 @@ type exportArgs struct {
 	exactHosts bool
 }
 
-func (s *Server) export(ctx context.Context, op string, a exportArgs) (*agentv1.Export, error) {
-	id := a.id
-	if err := validateVolumeID(op, id); err != nil {
-		return nil, err
+// exportPlan is a validated export request.
+type exportPlan struct {
+	ident   export.Identity
+	tcp     tcpTransport
+	backend backends.Backend
+	spec    storeSpec
+}
+
+// checkExport validates an export request: everything that can be
+// refused as INVALID_ARGUMENT is, before the fencing store sees the token.
+func (s *Server) checkExport(op string, a exportArgs) (exportPlan, error) {
+	if err := validateVolumeID(op, a.id); err != nil {
+		return exportPlan{}, err
 	}
-	ident, _ := export.For(id)
+	ident, _ := export.For(a.id)
 	if err := subsystemNQN(op, ident, a.nqn); err != nil {
-		return nil, err
+		return exportPlan{}, err
 	}
-	t, err := parseTCP(op, id, a.tcp)
+	t, err := parseTCP(op, a.id, a.tcp)
 	if err != nil {
-		return nil, err
+		return exportPlan{}, err
 	}
 	if a.exactHosts && t.acl {
 		for _, h := range a.hosts {
-			if err := export.ValidateNQN(h); err != nil {
-				return nil, status.Errorf(codes.InvalidArgument, "%s volume %q: allowed_host_nqns: %v", op, id, err)
+			if err := validHostNQN(op, a.id, "allowed_host_nqns", h); err != nil {
+				return exportPlan{}, err
 			}
 		}
 	}
 	b, spec, err := s.backend(op, a.store)
 	if err != nil {
+		return exportPlan{}, err
+	}
+	return exportPlan{ident: ident, tcp: t, backend: b, spec: spec}, nil
+}
+
+func (s *Server) export(ctx context.Context, op string, a exportArgs) (*agentv1.Export, error) {
+	id := a.id
+	p, err := s.checkExport(op, a)
+	if err != nil {
 		return nil, err
 	}
+	ident, t, b, spec := p.ident, p.tcp, p.backend, p.spec
 	log := s.log.With("volume_id", id, "store", spec.String())
 	var out configfs.Export
 	err = s.fenced(ctx, op, id, fencing.KindMutate, a.token, func(ctx context.Context) error {
@@ -278,16 +296,43 @@ func (s *Server) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*a
 	return &agentv1.DenyHostResponse{}, nil
 }
 
-func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *agentv1.FencingToken, allow bool) error {
+// checkHosts validates an access-list request before the fencing store
+// sees the token.
+func checkHosts(op, id, nqn, host string) (export.Identity, error) {
 	if err := validateVolumeID(op, id); err != nil {
-		return err
+		return export.Identity{}, err
 	}
 	ident, _ := export.For(id)
 	if err := subsystemNQN(op, ident, nqn); err != nil {
-		return err
+		return export.Identity{}, err
 	}
-	if err := export.ValidateNQN(host); err != nil {
-		return status.Errorf(codes.InvalidArgument, "%s volume %q: host_nqn: %v", op, id, err)
+	if err := validHostNQN(op, id, "host_nqn", host); err != nil {
+		return export.Identity{}, err
+	}
+	return ident, nil
+}
+
+// validHostNQN checks a host NQN against both contracts it must meet: the
+// api's (export.ValidateNQN, which node IDs and the CRDs use) and the
+// kernel's (configfs.ValidateNQN), which is stricter: at most 222 bytes,
+// domain labels of at most 63 characters, a well-formed UUID in the UUID
+// form. A host only the first accepts would pass here and be refused by
+// configfs after the token had advanced the volume's mark.
+func validHostNQN(op, id, field, host string) error {
+	err := export.ValidateNQN(host)
+	if err == nil {
+		err = configfs.ValidateNQN(host)
+	}
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "%s volume %q: %s: %v", op, id, field, err)
+	}
+	return nil
+}
+
+func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *agentv1.FencingToken, allow bool) error {
+	ident, err := checkHosts(op, id, nqn, host)
+	if err != nil {
+		return err
 	}
 	log := s.log.With("volume_id", id)
 	return s.fenced(ctx, op, id, fencing.KindMutate, pt, func(ctx context.Context) error {
@@ -346,54 +391,17 @@ func (s *Server) ListExports(ctx context.Context, _ *agentv1.ListExportsRequest)
 
 // revalidate asks nvmet to re-read the size of an exported volume's
 // namespace, so connected initiators get a namespace-changed event. A
-// volume that is not exported needs nothing, and neither does one whose
-// namespace is missing or disabled (an export a killed agent left
-// half-made): nvmet refuses revalidate_size on a disabled namespace with
-// EINVAL, and reads the device's size anyway when the namespace is
-// enabled, which the retried ExportVolume does.
+// volume that is not exported needs nothing (IsNotExist), and neither does
+// one whose namespace is disabled (an export a killed agent left
+// half-made): nvmet refuses revalidate_size there with EINVAL, and reads
+// the device's size anyway when the namespace is enabled, which the
+// retried ExportVolume does. Nor does a kernel without revalidate_size
+// (before Linux 5.11): initiators see the size at their next identify, and
+// nothing the agent does would tell them sooner.
 func (s *Server) revalidate(ctx context.Context, ident export.Identity) error {
-	sub, ok, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN)
-	if err != nil || !ok {
-		return err
-	}
-	enabled := slices.ContainsFunc(sub.Namespaces, func(ns configfs.Namespace) bool {
-		return ns.NSID == ident.NamespaceID && ns.Enabled
-	})
-	if !enabled {
+	err := s.nvmet.RevalidateSize(ctx, ident.SubsystemNQN, ident.NamespaceID)
+	if errors.Is(err, errors.ErrUnsupported) || errors.Is(err, syscall.EINVAL) || configfs.IsNotExist(err) {
 		return nil
 	}
-	return s.nvmet.Revalidate(ctx, ident.SubsystemNQN, ident.NamespaceID)
-}
-
-// kernelNvmet is a configfs.FS plus the one attribute the configfs module
-// does not cover: revalidate_size, a write-only trigger.
-type kernelNvmet struct {
-	*configfs.FS
-}
-
-// Revalidate writes 1 to the namespace's revalidate_size. nvmet also
-// re-reads the size whenever an initiator identifies the namespace, so on
-// a kernel without the attribute (before Linux 5.11) nothing is lost but
-// the immediate event.
-func (k kernelNvmet) Revalidate(ctx context.Context, nqn string, nsid uint32) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	p := filepath.Join(k.Root(), "nvmet", "subsystems", nqn, "namespaces", strconv.FormatUint(uint64(nsid), 10), "revalidate_size")
-	f, err := os.OpenFile(p, os.O_WRONLY, 0)
-	if errors.Is(err, syscall.ENOENT) {
-		return nil
-	}
-	if err != nil {
-		return &configfs.Error{Op: "open", Path: p, Err: err}
-	}
-	_, werr := f.Write([]byte("1"))
-	cerr := f.Close()
-	if werr != nil {
-		return &configfs.Error{Op: "write", Path: p, Err: werr}
-	}
-	if cerr != nil {
-		return &configfs.Error{Op: "close", Path: p, Err: cerr}
-	}
-	return nil
+	return err
 }

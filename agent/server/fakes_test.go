@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -119,15 +121,15 @@ func (f *fakeNvmet) ReadSubsystem(ctx context.Context, nqn string) (configfs.Sub
 	return sub, ok, nil
 }
 
-// Revalidate follows nvmet and kernelNvmet: a namespace that does not
-// exist needs nothing, revalidate_size of one that is not enabled is
-// EINVAL.
-func (f *fakeNvmet) Revalidate(ctx context.Context, nqn string, nsid uint32) error {
+// RevalidateSize follows configfs.FS.RevalidateSize: a namespace that
+// does not exist is IsNotExist, revalidate_size of one that is not enabled
+// is EINVAL.
+func (f *fakeNvmet) RevalidateSize(ctx context.Context, nqn string, nsid uint32) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := slices.IndexFunc(f.exports[nqn].Namespaces, func(ns configfs.Namespace) bool { return ns.NSID == nsid })
 	if i < 0 {
-		return nil
+		return &configfs.Error{Op: "revalidate", Path: nqn + "/namespaces/" + strconv.FormatUint(uint64(nsid), 10), Err: fs.ErrNotExist}
 	}
 	if !f.exports[nqn].Namespaces[i].Enabled {
 		return &configfs.Error{Op: "write", Path: nqn + "/namespaces/" + strconv.FormatUint(uint64(nsid), 10) + "/revalidate_size", Err: syscall.EINVAL}
@@ -153,6 +155,7 @@ type fakeBackend struct {
 	dir       string
 	vols      map[string]backends.Volume
 	missing   bool  // the pool or VG does not exist
+	noDevice  bool  // volumes have no device node
 	failNext  error // returned once by the next mutating call
 	calls     []string
 	total     int64
@@ -267,7 +270,13 @@ func (b *fakeBackend) List(ctx context.Context) ([]backends.Volume, error) {
 	}
 	var out []backends.Volume
 	for _, id := range slices.Sorted(maps.Keys(b.vols)) {
-		out = append(out, b.vols[id])
+		// As the real backends' List: the node is reported, unless it is
+		// missing.
+		v := b.vols[id]
+		if !b.noDevice {
+			v.DevicePath = filepath.Join(b.dir, id)
+		}
+		out = append(out, v)
 	}
 	return out, nil
 }
@@ -294,6 +303,9 @@ func (b *fakeBackend) DevicePath(ctx context.Context, id string) (string, error)
 	}
 	if _, ok := b.vols[id]; !ok {
 		return "", &backends.Error{Op: "device path", Volume: id, Err: backends.ErrNotFound}
+	}
+	if b.noDevice {
+		return "", &backends.Error{Op: "device path", Volume: id, Err: errors.New("no device node appeared")}
 	}
 	return filepath.Join(b.dir, id), nil
 }

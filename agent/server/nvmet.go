@@ -16,11 +16,10 @@ type nvmet interface {
 	Read(ctx context.Context) (*configfs.State, error)
 	ReadSubsystem(ctx context.Context, nqn string) (configfs.Subsystem, bool, error)
 	ReadExport(ctx context.Context, nqn string) (configfs.Export, bool, error)
-	// Revalidate has nvmet re-read the size of a namespace's device.
-	Revalidate(ctx context.Context, nqn string, nsid uint32) error
+	RevalidateSize(ctx context.Context, nqn string, nsid uint32) error
 }
 
-var _ nvmet = kernelNvmet{}
+var _ nvmet = (*configfs.FS)(nil)
 
 // ownedVolumeID returns the volume of a pillar-owned subsystem. Ownership
 // is the NQN: pillar-csi creates subsystems only under

@@ -106,11 +106,13 @@ type Server struct {
 
 // Stats is what the agent currently knows about and owns, for gauges.
 type Stats struct {
-	// Volumes is the number of backend volumes the agent has created or
-	// seen through ListVolumes, CreateVolume, ExpandVolume and exports
-	// since it started, minus those it deleted. The agent keeps no store
-	// configuration, so volumes of a store nobody asked about are not
-	// counted.
+	// Volumes is the number of backend volumes the agent knows exist: at
+	// start-up those whose lifecycle is active in the fencing marks (made
+	// by CreateVolume on this node and not deleted since), then every
+	// volume CreateVolume, ExpandVolume, ListVolumes and exports create or
+	// find, minus those DeleteVolume destroys. A volume of this node that
+	// no agent call ever created (one that predates the marks) counts once
+	// a call finds it.
 	Volumes int
 	// Exports is the number of pillar-owned nvmet subsystems on the node,
 	// as of the agent's last look at configfs (start-up, every change,
@@ -123,7 +125,7 @@ type Stats struct {
 // locked (another agent holds it). It does not require nvmet to be loaded:
 // Ready reports that.
 func New(cfg Config) (*Server, error) {
-	return newServer(cfg, kernelNvmet{configfs.NewFS(cfg.ConfigfsRoot)}, nil)
+	return newServer(cfg, configfs.NewFS(cfg.ConfigfsRoot), nil)
 }
 
 // newServer is New with the nvmet tree and the backend factory given, so
@@ -180,7 +182,7 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 		stores:     newStoreCache(factory, slots),
 		workers:    workers,
 		instanceID: instanceID,
-		volumes:    map[string]struct{}{},
+		volumes:    liveVolumes(ctx, log, marks),
 		exports:    map[string]struct{}{},
 	}
 	// Count the exports that survived an agent restart. nvmet may not be
@@ -242,6 +244,39 @@ func (s *Server) Stats() Stats {
 // store).
 func (s *Server) Close() error {
 	return s.marks.Close()
+}
+
+// liveVolumes returns the volumes whose lifecycle is active in the
+// fencing marks: those that CreateVolume made on this node and no
+// DeleteVolume has ended. The agent keeps no store configuration, so
+// after a restart the marks are its only record of the volumes it serves
+// until calls name their stores again; without them the volume gauge
+// would start from zero. A mark is written before the backend acts, so a
+// volume whose first CreateVolume failed and was never retried is counted
+// as well until its DeleteVolume. A mark that cannot be read is left out
+// and logged: its volume refuses every change until an operator repairs
+// it.
+func liveVolumes(ctx context.Context, log *slog.Logger, marks *fencing.Store) map[string]struct{} {
+	vols := map[string]struct{}{}
+	ents, err := os.ReadDir(marks.Dir())
+	if err != nil {
+		log.Warn("cannot list the fencing marks; the volume count starts from zero", "dir", marks.Dir(), "error", err)
+		return vols
+	}
+	for _, e := range ents {
+		id, err := fencing.VolumeIDFromFileName(e.Name())
+		if err != nil {
+			continue // the ledger, a lock or temporary file
+		}
+		m, err := marks.Get(ctx, id)
+		switch {
+		case err != nil:
+			log.Warn("fencing mark unreadable; its volume is not counted", "volume_id", id, "error", err)
+		case m != nil && m.Phase == fencing.PhaseActive:
+			vols[id] = struct{}{}
+		}
+	}
+	return vols
 }
 
 func (s *Server) noteVolume(id string, exists bool) {

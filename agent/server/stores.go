@@ -40,6 +40,7 @@ type storeSpec struct {
 	properties          string // "k=v\x00" pairs, sorted by key
 	// LVM.
 	volumeGroup, thinPool string
+	allowUnzeroed         bool // a thin pool that does not zero new chunks is accepted
 }
 
 func (s storeSpec) String() string {
@@ -85,9 +86,27 @@ func parseStore(st *agentv1.Store) (storeSpec, error) {
 		if l == nil || l.GetVolumeGroup() == "" {
 			return storeSpec{}, fmt.Errorf("store %q: lvm.volume_group is required", st.GetName())
 		}
-		return storeSpec{kind: kindLVM, volumeGroup: l.GetVolumeGroup(), thinPool: l.GetThinPool()}, nil
+		return storeSpec{kind: kindLVM, volumeGroup: l.GetVolumeGroup(), thinPool: l.GetThinPool(),
+			allowUnzeroed: l.GetAllowUnzeroedThinPool()}, nil
 	}
 	return storeSpec{}, fmt.Errorf("store %q: no backend (zfs or lvm) is set", st.GetName())
+}
+
+// zfsProperties decodes the properties parseStore encoded; nil when there
+// are none.
+func (s storeSpec) zfsProperties() map[string]string {
+	var props map[string]string
+	for kv := range strings.SplitSeq(strings.TrimSuffix(s.properties, "\x00"), "\x00") {
+		if kv == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(kv, "=")
+		if props == nil {
+			props = map[string]string{}
+		}
+		props[k] = v
+	}
+	return props
 }
 
 // backendFactory builds the backend of a store.
@@ -95,24 +114,14 @@ type backendFactory func(storeSpec) (backends.Backend, error)
 
 // realBackends builds ZFS and LVM backends that run their tools with
 // runner; LVM never scans the devices reject matches.
-func realBackends(runner command.Exec, reject []string) backendFactory {
+func realBackends(runner command.Runner, reject []string) backendFactory {
 	return func(s storeSpec) (backends.Backend, error) {
 		if s.kind == kindZFS {
-			var props map[string]string
-			for kv := range strings.SplitSeq(strings.TrimSuffix(s.properties, "\x00"), "\x00") {
-				if kv == "" {
-					continue
-				}
-				k, v, _ := strings.Cut(kv, "=")
-				if props == nil {
-					props = map[string]string{}
-				}
-				props[k] = v
-			}
 			return zfs.New(zfs.Config{Pool: s.pool, ParentDataset: s.parentDataset, Sparse: s.sparse,
-				Properties: props, Runner: runner})
+				Properties: s.zfsProperties(), Runner: runner})
 		}
-		return lvm.New(lvm.Config{VolumeGroup: s.volumeGroup, ThinPool: s.thinPool, RejectDevices: reject, Runner: runner})
+		return lvm.New(lvm.Config{VolumeGroup: s.volumeGroup, ThinPool: s.thinPool, AllowUnzeroedThinPool: s.allowUnzeroed,
+			RejectDevices: reject, Runner: runner})
 	}
 }
 

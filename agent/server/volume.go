@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
@@ -56,15 +57,38 @@ func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequ
 			log.Error("create failed", "bytes", req.GetCapacityBytes(), "error", err)
 			return toStatus(ctx, op, id, err)
 		}
-		vol = v
+		vol = withDevice(ctx, log, b, id, v)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	s.noteVolume(id, true)
-	log.Info("volume created", "bytes", vol.SizeBytes, "name", vol.Name)
-	return &agentv1.CreateVolumeResponse{Volume: &agentv1.Volume{VolumeId: id, CapacityBytes: vol.SizeBytes}}, nil
+	log.Info("volume created", "bytes", vol.SizeBytes, "name", vol.Name, "device", vol.DevicePath)
+	return &agentv1.CreateVolumeResponse{Volume: volumeProto(id, vol)}, nil
+}
+
+// withDevice returns v with its device path, looked up through the
+// backend when v lacks it (a zvol's node appears after zfs create
+// returns; DevicePath waits for it, as the export that follows would). A
+// lookup that fails leaves the path empty: the volume exists, which is
+// what the call reports, and the export names the failure.
+func withDevice(ctx context.Context, log *slog.Logger, b backends.Backend, id string, v *backends.Volume) *backends.Volume {
+	if v.DevicePath != "" {
+		return v
+	}
+	dev, err := b.DevicePath(ctx, id)
+	if err != nil {
+		log.Warn("device lookup failed; the volume is reported without its device", "error", err)
+		return v
+	}
+	w := *v
+	w.DevicePath = dev
+	return &w
+}
+
+func volumeProto(id string, v *backends.Volume) *agentv1.Volume {
+	return &agentv1.Volume{VolumeId: id, CapacityBytes: v.SizeBytes, DevicePath: v.DevicePath}
 }
 
 // DeleteVolume removes the volume's export and destroys the volume, after
@@ -131,7 +155,7 @@ func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequ
 			}
 			log.Info("volume expanded", "bytes", v.SizeBytes)
 		}
-		vol = v
+		vol = withDevice(ctx, log, b, id, v)
 		if err := s.revalidate(ctx, ident); err != nil {
 			log.Error("namespace size revalidation failed", "nqn", ident.SubsystemNQN, "error", err)
 			return toStatus(ctx, op, id, err)
@@ -142,7 +166,7 @@ func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequ
 		return nil, err
 	}
 	s.noteVolume(id, true)
-	return &agentv1.ExpandVolumeResponse{Volume: &agentv1.Volume{VolumeId: id, CapacityBytes: vol.SizeBytes}}, nil
+	return &agentv1.ExpandVolumeResponse{Volume: volumeProto(id, vol)}, nil
 }
 
 // ListVolumes lists the pillar-csi volumes of one store.
@@ -158,7 +182,7 @@ func (s *Server) ListVolumes(ctx context.Context, req *agentv1.ListVolumesReques
 	resp := &agentv1.ListVolumesResponse{}
 	for _, v := range vols {
 		s.noteVolume(v.ID, true)
-		resp.Volumes = append(resp.Volumes, &agentv1.Volume{VolumeId: v.ID, CapacityBytes: v.SizeBytes})
+		resp.Volumes = append(resp.Volumes, volumeProto(v.ID, &v))
 	}
 	return resp, nil
 }

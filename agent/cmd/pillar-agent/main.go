@@ -1,5 +1,7 @@
 // Command pillar-agent serves the pillar-csi agent gRPC API on a storage
 // node. Run it with -h for its flags; package app documents its behaviour.
+// "pillar-agent marks" inspects and repairs the node's fencing marks
+// (package marks).
 package main
 
 import (
@@ -13,11 +15,15 @@ import (
 	"syscall"
 
 	"github.com/pillar-csi/pillar-csi/agent/app"
+	"github.com/pillar-csi/pillar-csi/agent/marks"
 )
 
 func main() { os.Exit(run()) }
 
 func run() int {
+	if len(os.Args) > 1 && os.Args[1] == "marks" {
+		return runMarks(os.Args[2:])
+	}
 	opts, err := app.ParseFlags(os.Args[1:], os.Getenv, os.Stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -40,6 +46,26 @@ func run() int {
 	}()
 	if err := app.Run(ctx, opts); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+// runMarks is "pillar-agent marks": the operator's command for the
+// fencing marks, in the agent's binary so the image needs nothing else.
+func runMarks(args []string) int {
+	opts, err := marks.ParseArgs(args, os.Stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "pillar-agent %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := marks.Run(ctx, opts, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "pillar-agent marks %s: %v\n", opts.Command, err)
 		return 1
 	}
 	return 0

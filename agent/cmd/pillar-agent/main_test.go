@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -25,6 +26,7 @@ import (
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 
 	"github.com/pillar-csi/pillar-csi/agent/internal/testpki"
+	"github.com/pillar-csi/pillar-csi/fencing"
 )
 
 // The tests run this test binary as pillar-agent: with the variable set it
@@ -270,4 +272,76 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// TestMarks runs pillar-agent marks beside a running agent and after it:
+// list reads while the agent holds the directory, end is refused until the
+// agent has stopped, and then ends the lifecycle so that it is refused and
+// a new one is admitted.
+func TestMarks(t *testing.T) {
+	const (
+		uidOld = "0c4e5a1e-2222-4c3e-9a39-000000000001"
+		uidNew = "0c4e5a1e-2222-4c3e-9a39-000000000002"
+	)
+	gen := filepath.Join(t.TempDir(), "gen")
+	openStore := func() *fencing.Store {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s, err := fencing.Open(ctx, gen, fencing.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s := openStore()
+	if _, err := s.Advance(context.Background(), "pvc-1", fencing.Token{UID: uidOld, Generation: 4}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	if out, _, code := runAgent(t, "marks", "-h"); code != 0 || !strings.Contains(out, "reset-ledger") {
+		t.Errorf("marks -h: exit %d\n%s", code, out)
+	}
+	if _, stderr, code := runAgent(t, "marks", "end", "pvc-1"); code != 2 || !strings.Contains(stderr, "pillar-agent marks end: -uid: required") {
+		t.Errorf("marks end without -uid: exit %d, stderr %q; want exit 2", code, stderr)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	a := startAgent(t, ctx, "-generations-dir", gen)
+
+	out, stderr, code := runAgent(t, "marks", "list", "-generations-dir", gen, "-o", "json")
+	var l struct {
+		Marks []struct{ VolumeID, State, LifecycleUID string } `json:"marks"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &l) != nil || len(l.Marks) != 1 || l.Marks[0].State != "active" || l.Marks[0].LifecycleUID != uidOld {
+		t.Fatalf("marks list beside the agent: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+	end := []string{"marks", "end", "-generations-dir", gen, "-uid", uidOld, "-yes", "-lock-timeout", "300ms", "pvc-1"}
+	_, stderr, code = runAgent(t, end...)
+	if code != 1 || !strings.Contains(stderr, "locked by another process, most likely pillar-agent: stop pillar-agent on this node first") {
+		t.Fatalf("marks end beside the agent: exit %d, stderr %q; want exit 1 and the advice to stop the agent", code, stderr)
+	}
+
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	logs := <-a.logs
+	if err := a.cmd.Wait(); err != nil {
+		t.Fatalf("agent after SIGTERM: %v\n%s", err, logs)
+	}
+	out, stderr, code = runAgent(t, end...)
+	if code != 0 || !strings.Contains(out, `ended lifecycle "`+uidOld+`": the mark is now ended "`+uidOld+`"@4`) {
+		t.Fatalf("marks end after the agent stopped: exit %d, stdout %q, stderr %q", code, out, stderr)
+	}
+
+	s = openStore()
+	defer s.Close()
+	if _, err := s.Advance(ctx, "pvc-1", fencing.Token{UID: uidOld, Generation: 5}); fencing.RejectionReason(err) != fencing.ReasonLifecycleEnded {
+		t.Errorf("the ended lifecycle: %v, want LIFECYCLE_ENDED", err)
+	}
+	if _, err := s.Advance(ctx, "pvc-1", fencing.Token{UID: uidNew, Generation: 1}); err != nil {
+		t.Errorf("a new lifecycle after marks end: %v", err)
+	}
 }

@@ -149,7 +149,7 @@ type statsCollector func() (volumes, exports int)
 
 var (
 	volumesDesc = prometheus.NewDesc(Namespace+"_volumes",
-		"Backend volumes the agent knows of (created, listed or exported since it started, minus those deleted).", nil, nil)
+		"Backend volumes the agent knows of (live in its fencing marks at start-up, or created, listed or exported since; minus those deleted).", nil, nil)
 	exportsDesc = prometheus.NewDesc(Namespace+"_exports",
 		"pillar-owned nvmet subsystems on the node, as of the agent's last look at configfs.", nil, nil)
 )
