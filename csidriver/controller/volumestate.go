@@ -29,7 +29,7 @@ const DefaultAbandonAfter = 10 * time.Minute
 
 // recoveryDoc is where an operator reads how to state a legacy volume's
 // export.
-const recoveryDoc = "the README's ExportSpecMissing recovery procedure (deploy/examples/recovery/export-spec-patch.yaml)"
+const recoveryDoc = "the ExportSpecMissing recovery procedure of docs/troubleshooting.md (deploy/examples/recovery/export-spec-patch.yaml)"
 
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims;persistentvolumes,verbs=get
 

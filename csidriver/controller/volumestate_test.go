@@ -57,7 +57,7 @@ func TestExportSpecMissing(t *testing.T) {
 		t.Errorf("event %q", e)
 	}
 	_, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
-	wantCode(t, "publish without an export spec", err, codes.FailedPrecondition, "ExportSpecMissing", "README")
+	wantCode(t, "publish without an export spec", err, codes.FailedPrecondition, "ExportSpecMissing", "docs/troubleshooting.md")
 	if _, ok := agent.Exports()[id]; ok {
 		t.Fatal("an export was made without a stated spec")
 	}

@@ -176,6 +176,18 @@ func TestStoreCapacity(t *testing.T) {
 		t.Errorf("thin capacity = %+v, want 12 GiB available (overcommitted)", got)
 	}
 
+	// The thin pool's zeroing is turned off on the node: refused with a
+	// reason of its own until the PillarStore accepts the risk.
+	fa.SetStore("vg0", fakeagent.Capacity{Total: 4 << 30, Available: 12 << 30, UnzeroedThinPool: true})
+	c = waitReady(t, lv, metav1.ConditionFalse, reconcile.ReasonThinPoolNotZeroing, quick)
+	wantContains(t, "message", c.Message, "does not zero", "lvchange --zero y vg0/thin", "spec.lvm.allowUnzeroedThinPool")
+	patchLV := client.MergeFrom(lv.DeepCopy())
+	lv.Spec.LVM.AllowUnzeroedThinPool = true
+	if err := admin.Patch(context.Background(), lv, patchLV); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, lv, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
+
 	// Capacity changes are picked up by the refresh.
 	fa.SetStore("tank", fakeagent.Capacity{Total: 10 << 30, Available: 5 << 30})
 	eventually(t, quick, func() error {

@@ -76,7 +76,14 @@
 //   - mkfs.xfs refuses devices under 300 MB.
 //   - /proc/mounts shows a bind mount of a device node with the source
 //     "devtmpfs"; /proc/self/mountinfo's root field names the node.
-//   - A bind remount (mount -o bind,remount,ro) sets the mount's flags to
+//   - Mounts and unmounts are mount(2) and umount2(2), not mount(8):
+//     the options mount(8) would turn into flags (ro, nosuid, noatime,
+//     bind, ...) become MS_* flags and every other one goes to the
+//     filesystem as its data string, as mount(8) passes it; mount(8)'s
+//     own options (nofail, user, x-*) are refused. k8s.io/mount-utils is
+//     kept for reading the mount table (IsMountPoint's mountinfo
+//     fallbacks, the corrupted-mount errors).
+//   - A bind remount (MS_REMOUNT|MS_BIND|MS_RDONLY) sets the mount's flags to
 //     exactly those given: the nosuid, nodev and noexec a publication
 //     inherited from the staging mount are repeated from statfs, or the
 //     read-only publication would lose them.

@@ -34,7 +34,7 @@ const (
 
 // Tools are the commands pillar-node runs; Probe reports the plugin not
 // ready while one is missing.
-var Tools = []string{"blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs", "mount", "umount"}
+var Tools = []string{"blkid", "mkfs.ext4", "mkfs.xfs", "resize2fs", "xfs_growfs"}
 
 // Config configures a Service. NodeName and HostNQN are required; every
 // other field has a default.
@@ -48,8 +48,8 @@ type Config struct {
 	// StateDir holds the stage records; DefaultStateDir when empty.
 	StateDir string
 	// Mounter mounts and unmounts. When nil, mount-utils' mounter reads
-	// the mount table and mount(8)/umount(8) run through the command
-	// runner with DefaultMountTimeout.
+	// the mount table, and mounts and unmounts are mount(2) and
+	// umount2(2) calls bounded by DefaultMountTimeout.
 	Mounter mount.Interface
 	// Logger gets one line per step, each with volume_id; slog.Default()
 	// when nil.
@@ -102,7 +102,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.runner = command.Exec{Timeout: DefaultCommandTimeout}
 	}
 	if cfg.Mounter == nil {
-		cfg.Mounter = timedMounter{Interface: mount.NewWithoutSystemd(""), run: cfg.runner, timeout: DefaultMountTimeout}
+		cfg.Mounter = timedMounter{Interface: mount.NewWithoutSystemd(""), timeout: DefaultMountTimeout}
 	}
 	if cfg.initiator == nil {
 		cfg.initiator = nvmeof.New(nvmeof.DefaultPaths)

@@ -118,6 +118,9 @@ func validCapability(c *csi.VolumeCapability) (capability, error) {
 			if f == "" || strings.ContainsAny(f, ", \x00\n") || f == "bind" || f == "rbind" || f == "remount" {
 				return capability{}, invalid("mount flag %q is not allowed", f)
 			}
+			if _, _, err := mountArgs([]string{f}); err != nil {
+				return capability{}, invalid("mount flag %q is not allowed: %v", f, err)
+			}
 		}
 		out.mountFlags = slices.Clone(t.Mount.GetMountFlags())
 	default:

@@ -31,8 +31,10 @@
 // Capacity comes from the store's agent (GetCapacity with the store's
 // whole configuration). Ready reasons: Available; AgentNotFound,
 // AgentNotReady; PoolMissing (FAILED_PRECONDITION from the agent: the pool,
-// volume group or thin pool does not exist); BackendToolsMissing
-// (UNIMPLEMENTED: zfs or lvm is not installed); InvalidSpec;
+// volume group or thin pool does not exist); ThinPoolNotZeroing
+// (FAILED_PRECONDITION with the StoreRefusal detail: the LVM thin pool does
+// not zero new chunks and spec.lvm.allowUnzeroedThinPool is false);
+// BackendToolsMissing (UNIMPLEMENTED: zfs or lvm is not installed); InvalidSpec;
 // CapacityFailed; ImmutableFieldChanged. Refreshed every StoreRefresh, when
 // its agent's Ready changes, and on Controllers.StoreChanged.
 //

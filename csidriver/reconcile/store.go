@@ -28,6 +28,9 @@ const (
 	ReasonPoolMissing    = "PoolMissing"
 	ReasonBackendMissing = "BackendToolsMissing"
 	ReasonCapacityFailed = "CapacityFailed"
+	// ReasonThinPoolNotZeroing: the LVM thin pool does not zero the chunks
+	// it provisions, and spec.lvm.allowUnzeroedThinPool is false.
+	ReasonThinPoolNotZeroing = "ThinPoolNotZeroing"
 )
 
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillarstores,verbs=get;list;watch;patch
@@ -119,6 +122,11 @@ func (r *StoreReconciler) observe(ctx context.Context, s *v1alpha1.PillarStore) 
 	resp, err := conn.Agent.GetCapacity(ctx, &agentv1.GetCapacityRequest{Store: st})
 	if err != nil {
 		msg := status.Convert(err).Message()
+		if ref, ok := agentv1.StoreRefusalOf(err); ok && ref.GetReason() == agentv1.StoreRefusal_REASON_THIN_POOL_NOT_ZEROING && s.Spec.LVM != nil {
+			return notReady(ReasonThinPoolNotZeroing, "the agent on %q reports: %s; run `lvchange --zero y %s/%s` on the storage node, "+
+				"or set spec.lvm.allowUnzeroedThinPool to true if every user of the store may read data that deleted volumes left behind",
+				a.Name, msg, s.Spec.LVM.VolumeGroup, s.Spec.LVM.ThinPool)
+		}
 		switch status.Code(err) {
 		case codes.FailedPrecondition, codes.NotFound:
 			return notReady(ReasonPoolMissing, "the agent on %q reports: %s; create the %s on the storage node or correct the PillarStore", a.Name, msg, poolWord(s))

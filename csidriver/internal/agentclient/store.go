@@ -20,6 +20,7 @@ func StoreFor(s *v1alpha1.PillarStore) *agentv1.Store {
 	case s.Spec.Type == v1alpha1.BackendLVM && s.Spec.LVM != nil:
 		return &agentv1.Store{Name: s.Name, Backend: &agentv1.Store_Lvm{Lvm: &agentv1.LvmStore{
 			VolumeGroup: s.Spec.LVM.VolumeGroup, ThinPool: s.Spec.LVM.ThinPool,
+			AllowUnzeroedThinPool: s.Spec.LVM.AllowUnzeroedThinPool,
 		}}}
 	}
 	return nil

@@ -28,6 +28,11 @@ import (
 type Capacity struct {
 	Total, Available int64
 	Err              error
+	// UnzeroedThinPool: the store is an LVM thin pool that does not zero
+	// new chunks. As pillar-agent does, GetCapacity refuses it
+	// (FAILED_PRECONDITION with a StoreRefusal detail) unless the request's
+	// LvmStore allows unzeroed thin pools.
+	UnzeroedThinPool bool
 }
 
 // Agent is one fake agent. Its fields are guarded by the agent's lock; use
@@ -233,6 +238,11 @@ func (s *service) GetCapacity(_ context.Context, req *agentv1.GetCapacityRequest
 	c, ok := a.stores[pool]
 	if !ok {
 		return nil, status.Errorf(codes.FailedPrecondition, "store %q: pool or volume group %q does not exist", req.GetStore().GetName(), pool)
+	}
+	if c.UnzeroedThinPool && !req.GetStore().GetLvm().GetAllowUnzeroedThinPool() {
+		l := req.GetStore().GetLvm()
+		return nil, agentv1.NewStoreRefusalError(&agentv1.StoreRefusal{Reason: agentv1.StoreRefusal_REASON_THIN_POOL_NOT_ZEROING},
+			fmt.Sprintf("GetCapacity lvm:%s/%s: thin pool does not zero new blocks", l.GetVolumeGroup(), l.GetThinPool()))
 	}
 	if c.Err != nil {
 		return nil, c.Err

@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 
@@ -120,31 +122,70 @@ func (s *Store) Get(volumeID string) (r Record, ok bool, err error) {
 	if err != nil {
 		return Record{}, false, &Error{Op: "read", Path: p, Err: err}
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		return Record{}, false, &Error{Op: "decode", Path: p, Err: fmt.Errorf("%w: %w", ErrCorrupt, err)}
-	}
-	if err := r.validate(volumeID); err != nil {
-		return Record{}, false, &Error{Op: "decode", Path: p, Err: fmt.Errorf("%w: %w", ErrCorrupt, err)}
+	r, err = decode(volumeID, b)
+	if err != nil {
+		return Record{}, false, &Error{Op: "decode", Path: p, Err: err}
 	}
 	return r, true, nil
 }
 
+// decode parses the content of volumeID's record file. The error wraps
+// ErrCorrupt.
+func decode(volumeID string, b []byte) (Record, error) {
+	var r Record
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	// Decode stops after the first JSON value; a file is one record and
+	// nothing else (Put writes a newline after it), or it is not a file
+	// Put wrote.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Record{}, fmt.Errorf("%w: data after the record", ErrCorrupt)
+	}
+	if err := r.validate(volumeID); err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return r, nil
+}
+
+// validate accepts only a record NodeStage could have written for
+// volumeID. Unstage disconnects the record's subsystem, so a record that
+// names another volume's subsystem (or namespace) is corrupt, whatever
+// else it says: acting on it would tear down another volume.
 func (r Record) validate(volumeID string) error {
+	id, err := export.For(volumeID)
 	switch {
 	case r.Version != Version:
 		return fmt.Errorf("version %d, this pillar-node reads version %d", r.Version, Version)
 	case r.VolumeID != volumeID:
 		return fmt.Errorf("record of volume %q in the file of volume %q", r.VolumeID, volumeID)
-	case r.SubsystemNQN == "" || r.UUID == "" || r.NGUID == "":
-		return errors.New("subsystem NQN or namespace identifiers missing")
+	case err != nil:
+		return err
+	case r.SubsystemNQN != id.SubsystemNQN:
+		return fmt.Errorf("subsystem NQN %q is not volume %s's %q", r.SubsystemNQN, volumeID, id.SubsystemNQN)
+	case r.UUID != id.UUID || r.NGUID != id.NGUID:
+		return fmt.Errorf("namespace UUID %q and NGUID %q are not volume %s's %q and %q", r.UUID, r.NGUID, volumeID, id.UUID, id.NGUID)
+	case r.Transport != export.TransportTCP:
+		return fmt.Errorf("transport %q", r.Transport)
+	case !canonicalAddr(r.Address):
+		return fmt.Errorf("target address %q is not an IP address as NodeStage writes it", r.Address)
+	case r.Port == 0:
+		return errors.New("target port 0")
 	case r.AccessType != Mount && r.AccessType != Block:
 		return fmt.Errorf("access type %q", r.AccessType)
 	case !filepath.IsAbs(r.StagingPath):
 		return fmt.Errorf("staging path %q is not absolute", r.StagingPath)
 	}
 	return nil
+}
+
+// canonicalAddr reports whether s is an IP address in the form
+// netip.Addr.String gives, which is how NodeStage records it.
+func canonicalAddr(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.String() == s
 }
 
 // Put writes r atomically, replacing any previous record of the volume.

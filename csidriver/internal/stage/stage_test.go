@@ -1,23 +1,29 @@
 package stage
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/pillar-csi/pillar-csi/api/export"
 )
 
+// record is the record NodeStage writes for pvc-1, before Put sets its
+// version.
 func record() Record {
+	id, _ := export.For("pvc-1")
 	return Record{
 		VolumeID:     "pvc-1",
-		SubsystemNQN: "nqn.2026-01.io.pillar-csi:volume:pvc-1",
+		SubsystemNQN: id.SubsystemNQN,
 		Transport:    "tcp",
 		Address:      "127.0.0.1",
 		Port:         4420,
-		UUID:         "u",
-		NGUID:        "n",
+		UUID:         id.UUID,
+		NGUID:        id.NGUID,
 		AccessType:   Mount,
 		FsType:       "ext4",
 		StagingPath:  "/var/lib/kubelet/staging/pvc-1",
@@ -112,5 +118,78 @@ func TestRejectsUnsafeVolumeIDs(t *testing.T) {
 	}
 	if _, err := NewStore("relative/dir"); err == nil {
 		t.Error("NewStore accepted a relative directory")
+	}
+}
+
+// trailing-data in testdata/fuzz/FuzzDecode: a record followed by more
+// JSON (or anything but white space) was accepted, because the decoder
+// stops after the first value.
+func TestRecordWithTrailingDataIsCorrupt(t *testing.T) {
+	s, err := NewStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Put(record()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(s.Path("pvc-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tail := range []string{"0", "{}", `{"version":1}`, "]", "\x00"} {
+		if err := os.WriteFile(s.Path("pvc-1"), append(b, tail...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := s.Get("pvc-1"); ok || !errors.Is(err, ErrCorrupt) {
+			t.Errorf("Get with %q after the record = %v, %v; want ErrCorrupt", tail, ok, err)
+		}
+	}
+	// White space after it is still the record Put wrote.
+	if err := os.WriteFile(s.Path("pvc-1"), append(b, " \n\t\n"...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := s.Get("pvc-1"); !ok || err != nil {
+		t.Errorf("Get with white space after the record = %v, %v", ok, err)
+	}
+}
+
+// other-volume-identity in testdata/fuzz/FuzzDecode: a record naming a
+// subsystem and namespace that are not its volume's was accepted, and
+// NodeUnstageVolume disconnects the subsystem its record names. A record
+// is accepted only as NodeStage writes it: the volume's own identity, a
+// TCP target with an IP address and a port.
+func TestRecordMustBeTheVolumesOwn(t *testing.T) {
+	s, err := NewStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := export.For("pvc-2")
+	for name, change := range map[string]func(*Record){
+		"another volume's subsystem": func(r *Record) { r.SubsystemNQN = other.SubsystemNQN },
+		"another volume's UUID":      func(r *Record) { r.UUID = other.UUID },
+		"another volume's NGUID":     func(r *Record) { r.NGUID = other.NGUID },
+		"no transport":               func(r *Record) { r.Transport = "" },
+		"a host name":                func(r *Record) { r.Address = "storage-1" },
+		"a long-form address":        func(r *Record) { r.Address = "fd00:0:0::1" },
+		"port 0":                     func(r *Record) { r.Port = 0 },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := record()
+			change(&r)
+			if err := s.Put(r); err == nil {
+				t.Error("Put accepted it")
+			}
+			r.Version = Version
+			b, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(s.Path("pvc-1"), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := s.Get("pvc-1"); ok || !errors.Is(err, ErrCorrupt) {
+				t.Errorf("Get = %v, %v; want ErrCorrupt", ok, err)
+			}
+		})
 	}
 }
