@@ -29,8 +29,17 @@
 //     (gotest.go): find every package with test files tagged "kernel"
 //     across the go.work modules, compile them on the host, run them in one
 //     guest and report like go test.
+//   - Two-guest runs (pair.go, TestOptions.Peer): a second guest, the
+//     peer, boots beside the one that runs the tests and runs the first
+//     package's test binary with pillar.role=peer; the two are joined by a
+//     QEMU dgram link (UDP between two ports on 127.0.0.1: no start order,
+//     and either side may reboot) and share an uncached 9p directory. The
+//     peer's disks are sparse raw images that survive its power cut, which
+//     the main guest asks for with guest.CutPeerPower: the host kills the
+//     peer's QEMU and boots it again from the same disks.
 //   - Package guest: the pillar.lab=1 kernel-command-line marker and
-//     RequireGuest, which every kernel-tagged test calls.
+//     RequireGuest, which every kernel-tagged test calls, and the
+//     two-guest run's roles, addresses and power-cut handshake.
 //   - Package fixture: loop-backed LVM volume groups (with thin pools) and
 //     zpools for tests in the guest.
 //

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
 
 // KernelTag is the build tag of real-kernel tests.
@@ -208,6 +210,15 @@ type TestOptions struct {
 	PackageTimeout time.Duration
 	Stdout         io.Writer // os.Stdout if nil
 	Log            io.Writer // os.Stderr if nil
+	// Peer, if set, makes the run a two-guest run: a second guest boots
+	// next to the one that runs the tests, joined to it by a link, and
+	// runs the first package's test binary too, with guest.RolePeer on its
+	// kernel command line (that binary's TestMain decides what a peer
+	// does). Its console is copied to Stdout, each line marked "peer| ".
+	Peer *PeerOptions
+	// Keep keeps the run directory (and the peer's) even when every
+	// package passed, for what the tests left in out/ (captures).
+	Keep bool
 }
 
 // PackageResult is the outcome of one package's test binary.
@@ -298,9 +309,31 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 		return rep, nil
 	}
 
+	var mods []string
+	for _, p := range pkgs {
+		mods = append(mods, p.ModuleDir)
+	}
+	vm := o.VM
+	var pr *pair
+	if o.Peer != nil {
+		first := 0
+		for bins[first] == "" {
+			first++
+		}
+		script := exposeScript(mods) + fmt.Sprintf("cd %s && exec %s -test.v\n", shellQuote(pkgs[first].Dir), shellQuote(bins[first]))
+		if pr, err = l.newPair(run, o.Peer, script, o.Stdout); err != nil {
+			run.Remove()
+			return nil, err
+		}
+		vm.KernelArgs = append(append([]string(nil), vm.KernelArgs...), guest.RoleParam+"="+guest.RoleMain)
+	}
+
 	var s strings.Builder
 	s.WriteString("#!/bin/sh\n")
 	s.WriteString(guestEnv)
+	if pr != nil {
+		s.WriteString(shareMount)
+	}
 	s.WriteString(`out=` + shellQuote(run.OutDir()) + `
 rc=0
 uptime() { cut -d' ' -f1 /proc/uptime; }
@@ -314,10 +347,6 @@ runpkg() {
 	[ "$st" -eq 0 ] || rc=1
 }
 `)
-	var mods []string
-	for _, p := range pkgs {
-		mods = append(mods, p.ModuleDir)
-	}
 	s.WriteString(exposeScript(mods))
 	args := []string{"-test.v", "-test.timeout=" + o.PackageTimeout.String()}
 	args = append(args, o.TestArgs...)
@@ -359,7 +388,15 @@ runpkg() {
 			}
 		}
 	}
-	res, err := run.Boot(ctx, BootOptions{VM: o.VM, Script: s.String(), Stdout: o.Stdout, OnLine: onLine})
+	bo := BootOptions{VM: vm, Script: s.String(), Stdout: o.Stdout, OnLine: onLine}
+	if pr != nil {
+		bo.Link, bo.Share = pr.main, pr.share
+		pr.start(ctx)
+	}
+	res, err := run.Boot(ctx, bo)
+	if pr != nil {
+		pr.close()
+	}
 	rep.Boot = res
 	for i := range pkgs {
 		pr := &rep.Packages[i]
@@ -382,12 +419,21 @@ runpkg() {
 	}
 	if err != nil {
 		fmt.Fprintf(o.Log, "pillar-lab: run directory kept: %s\n", run.Dir)
+		if pr != nil {
+			fmt.Fprintf(o.Log, "pillar-lab: the peer's run directory kept: %s\n", pr.run.Dir)
+		}
 		return rep, err
 	}
-	if rep.OK() {
+	if rep.OK() && !o.Keep {
 		run.Remove()
+		if pr != nil {
+			pr.run.Remove()
+		}
 	} else {
 		fmt.Fprintf(o.Log, "pillar-lab: run directory kept (console.log, out/dmesg.txt): %s\n", run.Dir)
+		if pr != nil {
+			fmt.Fprintf(o.Log, "pillar-lab: the peer's run directory kept: %s\n", pr.run.Dir)
+		}
 	}
 	return rep, nil
 }

@@ -16,6 +16,8 @@ import (
 // program nf_tables through iptables-nft. The kernel requests most of
 // these on demand too, but loading them up front turns a missing one into
 // a clear error instead of kube-proxy's "Protocol not supported".
+// virtio_net and virtio_blk drive the NIC and the disks of a two-guest
+// run's guests (there is no udev to load them when the devices appear).
 // Provision checks that each exists, so a typo fails there.
 var ClusterModules = []string{
 	"veth", "bridge", "br_netfilter", "dummy", "overlay",
@@ -24,6 +26,7 @@ var ClusterModules = []string{
 	"xt_conntrack", "xt_MASQUERADE", "xt_comment", "xt_mark", "xt_addrtype",
 	"xt_nat", "xt_statistic", "xt_multiport", "xt_tcpudp", "xt_set", "xt_physdev",
 	"ip_set", "ip_set_hash_ip", "ip_set_hash_net",
+	"virtio_net", "virtio_blk",
 }
 
 // moduleIndex is a parsed modules.dep plus modules.builtin of one tree.

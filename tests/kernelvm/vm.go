@@ -90,6 +90,31 @@ type BootOptions struct {
 	// OnLine, if set, sees every console line of a non-interactive boot,
 	// without its line ending, as it arrives.
 	OnLine func(line string)
+
+	// Link, if set, gives the guest a virtio NIC on a virtual Ethernet
+	// link to another guest.
+	Link *Link
+	// Disks are raw image files attached as virtio disks, /dev/vda first:
+	// unlike the guest's tmpfs, what is written to them survives the
+	// guest's power cut.
+	Disks []string
+	// Share, if set, is a host directory the guest can mount with 9p tag
+	// ShareTag, uncached, so that writes from the host or another guest
+	// sharing it are seen at once.
+	Share string
+}
+
+// ShareTag is the 9p mount tag of BootOptions.Share.
+const ShareTag = "labshare"
+
+// Link is one end of a virtual Ethernet link between two guests: QEMU's
+// dgram netdev, UDP datagrams between two ports on 127.0.0.1. It needs no
+// start order and survives either side rebooting (a stream socket link
+// does not come back when the side that connected reboots); the guests'
+// addresses on it exist only inside the guests.
+type Link struct {
+	LocalPort, RemotePort int
+	MAC                   string
 }
 
 // BootResult is what a boot that reached its end reports.
@@ -151,6 +176,19 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 		"-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
 		"-virtfs", "local,path=" + qemuEscape(r.OutDir()) + ",mount_tag=labout,security_model=none,multidevs=remap",
 		"-chardev", chardev, "-serial", "chardev:con",
+	}
+	if o.Share != "" {
+		args = append(args, "-virtfs", "local,path="+qemuEscape(o.Share)+",mount_tag="+ShareTag+",security_model=none,multidevs=remap")
+	}
+	if l := o.Link; l != nil {
+		args = append(args,
+			"-netdev", fmt.Sprintf("dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=%d,remote.type=inet,remote.host=127.0.0.1,remote.port=%d", l.LocalPort, l.RemotePort),
+			"-device", "virtio-net-pci,netdev=n0,mac="+l.MAC)
+	}
+	for i, d := range o.Disks {
+		args = append(args,
+			"-drive", fmt.Sprintf("file=%s,if=none,id=d%d,format=raw,cache=writeback,aio=threads", qemuEscape(d), i),
+			"-device", fmt.Sprintf("virtio-blk-pci,drive=d%d", i))
 	}
 	cmd := exec.Command(r.lab.QEMU, args...)
 	console, err := os.Create(filepath.Join(r.Dir, "console.log"))

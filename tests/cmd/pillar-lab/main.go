@@ -7,7 +7,9 @@
 //	pillar-lab shell [flags]          an interactive root shell in the guest
 //	pillar-lab test [flags] [PATTERN...] [-- TESTFLAGS...]
 //	                                  compile every kernel-tagged test package on the host
-//	                                  and run it in the guest (what make test-kernel runs)
+//	                                  and run it in the guest (what make test-kernel runs);
+//	                                  with -peer-m, a second guest boots beside it (two kernels
+//	                                  joined by a link: the end-to-end suite's storage node)
 //
 // Run from anywhere inside the workspace. Exit status: the guest command's
 // for run, 0/1 for test, 124 when the VM hit its timeout, 125 when the lab
@@ -18,10 +20,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -53,6 +58,10 @@ type options struct {
 	explicit string
 	// packageTimeout is test's -package-timeout.
 	packageTimeout time.Duration
+	// peerMemoryMB and peerDisks are test's -peer-m and -peer-disks.
+	peerMemoryMB int
+	peerDisks    string
+	peerCPUs     int
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -104,6 +113,9 @@ func main() {
 		var run string
 		fs.StringVar(&run, "run", "", "only run tests matching this regexp (passed as -test.run)")
 		fs.DurationVar(&o.packageTimeout, "package-timeout", 0, "each test binary's -test.timeout (default 15m; a -test.timeout after -- wins)")
+		fs.IntVar(&o.peerMemoryMB, "peer-m", 0, "boot a second guest (the peer of a two-guest run) with this much memory in MiB; it runs the first package's test binary as peer")
+		fs.StringVar(&o.peerDisks, "peer-disks", "", "comma-separated sizes in MiB of the peer's raw disks, /dev/vda first")
+		fs.IntVar(&o.peerCPUs, "peer-smp", 1, "the peer's CPUs")
 		fs.Parse(args)
 		code = test(ctx, &o, fs.Args(), run)
 	case "-h", "-help", "--help", "help":
@@ -215,7 +227,21 @@ func test(ctx context.Context, o *options, args []string, runRE string) int {
 	if err != nil {
 		return fail(err)
 	}
-	rep, err := lab.RunTests(ctx, pkgs, kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs, PackageTimeout: o.packageTimeout})
+	topts := kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs, PackageTimeout: o.packageTimeout, Keep: o.keep}
+	if o.peerMemoryMB > 0 {
+		p := &kernelvm.PeerOptions{VM: kernelvm.VMConfig{MemoryMB: o.peerMemoryMB, CPUs: o.peerCPUs, Timeout: o.vm.Timeout}}
+		for _, f := range strings.FieldsFunc(o.peerDisks, func(r rune) bool { return r == ',' }) {
+			mib, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || mib <= 0 {
+				return fail(fmt.Errorf("-peer-disks: %q is not a size in MiB", f))
+			}
+			p.DiskMiB = append(p.DiskMiB, mib)
+		}
+		topts.Peer = p
+	} else if o.peerDisks != "" {
+		return fail(errors.New("-peer-disks needs -peer-m"))
+	}
+	rep, err := lab.RunTests(ctx, pkgs, topts)
 	if rep != nil {
 		rep.Total = time.Since(start)
 		rep.WriteSummary(os.Stdout)

@@ -19,6 +19,13 @@
 //   - the agent, running as a separate process, is SIGKILLed while an
 //     export is half-written in configfs; a restarted agent accepts the
 //     retried call, converges the export, and the fencing marks survived;
+//   - the agent process is SIGKILLed while its lvcreate waits for the
+//     volume group's lock (the test holds it shared, as a concurrent lvs
+//     would); the lvcreate dies with the agent, and a new agent's retried
+//     CreateVolume succeeds and leaves exactly one logical volume;
+//   - every Volume that CreateVolume, ExpandVolume and ListVolumes return
+//     names the device the backend opens, and an agent restarted on the
+//     same marks counts the volumes that exist;
 //   - configfs is wiped as a storage-node reboot does; a restarted agent's
 //     Reconcile restores every export (the access list included), leaves a
 //     subsystem it does not own alone, and the initiator reconnects and

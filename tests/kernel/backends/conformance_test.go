@@ -356,6 +356,7 @@ func conformance(t *testing.T, s *store) {
 		if !slices.Equal(got, ids) {
 			t.Fatalf("List = %q, want %q", got, ids)
 		}
+		devs := map[string]string{}
 		for _, id := range ids {
 			dev, err := b.DevicePath(ctxT(t), id)
 			if err != nil {
@@ -363,6 +364,16 @@ func conformance(t *testing.T, s *store) {
 			}
 			if got := deviceSize(t, dev); got != 2*s.unit {
 				t.Fatalf("%s of %s has %d bytes, want %d", dev, id, got, 2*s.unit)
+			}
+			devs[id] = dev
+		}
+		// Every node exists now: List names each volume's.
+		if vs, err = b.List(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vs {
+			if v.DevicePath != devs[v.ID] {
+				t.Errorf("List reports %s on %q, DevicePath %q", v.ID, v.DevicePath, devs[v.ID])
 			}
 		}
 		parallel(t, ids, func(ctx context.Context, id string) error { return b.Delete(ctx, id) })

@@ -12,9 +12,11 @@
 // repeated; out-of-space; concurrent creates and deletes of different
 // volumes; the longest volume ID; a store that does not exist. Store
 // specific tests add what only one backend has (a parent dataset created on
-// demand, an inactive LV or a lost /dev/mapper node), and cancellation:
-// a command blocked on LVM's lock is killed with its process group when the
-// context ends.
+// demand, an inactive LV or a lost /dev/mapper node, a thin pool that does
+// not zero new chunks: refused, allowed with the opt-out, accepted again
+// after lvchange --zero y, and the leak it prevents measured), and
+// cancellation: a command blocked on LVM's lock is killed with its process
+// group when the context ends.
 //
 // Run it with
 //

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -314,18 +315,37 @@ func mountSource(t testing.TB, path string) (string, bool) {
 // mountOptions returns the per-mount options of the visible mount at path.
 func mountOptions(t testing.TB, path string) []string {
 	t.Helper()
+	opts, _ := mountInfo(t, path)
+	return opts
+}
+
+// superOptions are the filesystem's options of the last mount at path
+// (mountinfo's super options: what the filesystem took from mount(2)'s
+// data, and its defaults).
+func superOptions(t testing.TB, path string) []string {
+	t.Helper()
+	_, super := mountInfo(t, path)
+	return super
+}
+
+// mountInfo returns the per-mount and the super options of the last
+// mount at path in /proc/self/mountinfo.
+func mountInfo(t testing.TB, path string) (opts, super []string) {
+	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var opts []string
 	for _, line := range strings.Split(string(b), "\n") {
 		fields := strings.Fields(line)
 		if len(fields) >= 6 && fields[4] == path {
-			opts = strings.Split(fields[5], ",")
+			opts, super = strings.Split(fields[5], ","), nil
+			if i := slices.Index(fields, "-"); i > 0 && len(fields) > i+3 {
+				super = strings.Split(fields[i+3], ",")
+			}
 		}
 	}
-	return opts
+	return opts, super
 }
 
 // checkDeviceIdentity fails unless dev is the namespace of v (its sysfs

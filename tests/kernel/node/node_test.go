@@ -67,9 +67,15 @@ func TestFilesystemLifecycle(t *testing.T) {
 		t.Run(fs, func(t *testing.T) {
 			p := startPlugin(t, newHost(t), t.TempDir())
 			v := exportVolume(t, vg, xfsSize)
-			// Mount flags such as a StorageClass's mountOptions.
-			c := mountCap(fs, "nosuid", "nodev", "noexec")
+			// Mount flags such as a StorageClass's mountOptions: three
+			// that are mount(2) flags and one that is the filesystem's
+			// own, which reaches it as mount(2)'s data.
+			fsOpt := map[string]string{"ext4": "commit=13", "xfs": "logbufs=4"}[fs]
+			c := mountCap(fs, "nosuid", "nodev", "noexec", fsOpt)
 			s := stage(t, p, v, c, 0)
+			if opts, super := mountOptions(t, s.Staging), superOptions(t, s.Staging); !slices.Contains(super, fsOpt) || !slices.Contains(opts, "nosuid") {
+				t.Errorf("staging mount %v, filesystem options %v; want nosuid and %s", opts, super, fsOpt)
+			}
 
 			dev, ok := mountSource(t, s.Staging)
 			if !ok {
