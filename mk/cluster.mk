@@ -42,23 +42,68 @@ E2E_MEMORY_MB ?= 3072
 # guest time on an idle host and took over 8 with the host's two cores
 # shared by three guests, hence the generous timeouts. Images from make images in
 # bin/images are imported when present; without pause.tar the harness
-# builds a busybox sandbox image.
+# builds a busybox sandbox image. TestPerformance, which alone takes longer
+# than the rest, runs with make e2e-perf.
 .PHONY: e2e
 e2e: pillar-lab images cluster-tools $(BIN)/e2e.test ## Boot a one-node Kubernetes cluster in the kernel lab and run the end-to-end suites (tests/e2e) in it (needs root)
-	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 75m tests/e2e/... -- -test.timeout 60m $(E2EFLAGS)
+	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 75m tests/e2e/... -- -test.timeout 60m -test.skip '^TestPerformance$$' $(E2EFLAGS)
 
-# The end-to-end subset make check runs, in one guest of its own: the
-# install, the hostPath baseline, a filesystem volume's and a block
-# volume's whole lifecycle, the storage-node restart, pillar-agent and the
+# The end-to-end subset make check runs, in one guest: the install and the
+# rest of the README's quickstart, the ExportSpecMissing recovery
+# procedure of docs/troubleshooting.md, the
+# hostPath baseline, a filesystem volume's and a block volume's whole
+# lifecycle, the storage node's agent restarted with its exports wiped
+# under a writing pod (TestStorageNodeRestart), pillar-agent and the
 # serving controller killed mid-CreateVolume, and the CI subset of the
 # Kubernetes external-storage suite (externalCISpecs in
 # tests/e2e/pillar/external_test.go). make e2e runs every suite under
-# tests/e2e, make e2e-full the whole external-storage suite.
-E2E_CI_RUN ?= ^(TestInstall|TestHostPathBaseline|TestVolumes|TestStorageNodeRestart|TestAgentKilledMidProvisioning|TestControllerLeaderKilledMidCreate|TestExternalStorage)$$/^(ext4-zfs|block-lvm)$$
+# tests/e2e in one guest, make e2e-two the tests that need two kernels,
+# make e2e-full the whole external-storage suite.
+E2E_CI_RUN ?= ^(TestInstall|TestQuickstart|TestExportSpecMissingRecovery|TestHostPathBaseline|TestVolumes|TestStorageNodeRestart|TestAgentKilledMidProvisioning|TestControllerLeaderKilledMidCreate|TestExternalStorage)$$/^(ext4-zfs|block-lvm)$$
 
 .PHONY: e2e-ci
-e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end subset of make check (install, volume lifecycles, storage-node restart, kills mid-CreateVolume, external-storage specs) in the lab cluster (needs root)
+e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end subset of make check in one guest (install, volume lifecycles, agent restart, kills mid-CreateVolume, external-storage specs) in the lab cluster (needs root)
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 80m tests/e2e/pillar -- -test.timeout 70m -test.run '$(E2E_CI_RUN)' $(E2EFLAGS)
+
+# Two kernels (make e2e-two): the storage node is a guest of its own, the
+# peer, joined to the main guest (control plane and worker) by a virtual
+# link, with its pools and its state (the agent's fencing marks) on raw
+# disks that survive its power cut. Volumes
+# cross the link between the two kernels, and TestStorageNodePowerCut
+# kills the storage guest's QEMU and boots it again. The storage guest has
+# one vCPU: two guests of two vCPUs on two host cores slowed everything
+# 1.5-2.4x, and it idles once its node is up.
+# make check does not run them: on the CI machine the two guests ran
+# 1.6x slower than on an idle host (the install and the power cut took
+# 1273 s of VM time instead of 774 s) and the storage node's recovery
+# outlasted the test's limit; make check keeps the one-guest stand-in,
+# TestStorageNodeRestart. make e2e-power-cut is the shorter part (install
+# and power cut). Measured on an idle host: make e2e-two 25 minutes of VM
+# time, make e2e-power-cut about 13.
+E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestStorageNodePowerCut)$$
+E2E_POWER_CUT_RUN ?= ^(TestInstall|TestStorageNodePowerCut)$$
+E2E_PEER_MEMORY_MB ?= 1536
+e2e_two = $(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -peer-m $(E2E_PEER_MEMORY_MB) -peer-smp 1 -peer-disks 4096,1024,256 -timeout 80m tests/e2e/pillar -- -test.timeout 70m
+
+.PHONY: e2e-two
+e2e-two: pillar-lab images cluster-tools ## Run the end-to-end tests that need two kernels (storage node and worker in separate guests, the storage node's power cut) in the lab (needs root)
+	$(e2e_two) -test.run '$(E2E_TWO_RUN)' $(E2EFLAGS)
+
+.PHONY: e2e-power-cut
+e2e-power-cut: pillar-lab images cluster-tools ## The short part of make e2e-two: the install across two kernels and the storage node's power cut (needs root)
+	$(e2e_two) -test.run '$(E2E_POWER_CUT_RUN)' $(E2EFLAGS)
+
+# What a user waits for, against what the cluster itself costs
+# (TestPerformance): 20 claims bound and their pods started one after
+# another, then 50 at once, each against hostPath pods in the same
+# cluster. 4 GiB: fifty pods with their sandboxes and NVMe/TCP controllers
+# on top of the control plane. Not part of make check.
+E2E_PERF_RUN ?= ^(TestInstall|TestPerformance)$$
+E2E_PERF_MEMORY_MB ?= 4096
+
+.PHONY: e2e-perf
+e2e-perf: pillar-lab images cluster-tools ## Measure claims bound and pods started, 20 one after another and 50 at once, against hostPath pods, in the lab cluster (needs root)
+	$(BIN)/pillar-lab test -m $(E2E_PERF_MEMORY_MB) -timeout 150m tests/e2e/pillar -- -test.timeout 140m -test.run '$(E2E_PERF_RUN)' $(E2EFLAGS)
 
 # Every spec of the Kubernetes external-storage suite that needs no SSH to
 # the nodes and no image from a registry ("any volume data source" needs

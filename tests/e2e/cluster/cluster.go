@@ -11,9 +11,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
 
 // Options say where the cluster's binaries and images are.
@@ -24,9 +27,11 @@ type Options struct {
 	// /tmp, which the guest hides.
 	BinDir string
 	// ImageDir holds the image tarballs of make images; every *.tar is
-	// imported. pause.tar, when present, is the pod sandbox image;
-	// otherwise the harness builds one from busybox.
+	// imported, or those Images names (file names without .tar).
+	// pause.tar, when present, is the pod sandbox image; otherwise the
+	// harness builds one from busybox.
 	ImageDir string
+	Images   []string
 	// StateDir holds the PKI, the configuration files, etcd's data and
 	// the components' logs; /run/pillar-e2e if empty (tmpfs in the guest).
 	StateDir string
@@ -38,6 +43,12 @@ type Options struct {
 	// StartTimeout bounds Start as a whole; 20 minutes if zero: under TCG
 	// on a host whose two cores three guests share, a start took 9.
 	StartTimeout time.Duration
+	// PeerName, set in the main guest of a two-guest run (guest.RoleMain),
+	// is the name of the node the peer guest joins as (see Join). This
+	// node then lives on the guests' link instead of a dummy interface,
+	// Start hands the peer its credentials through the share, and returns
+	// once the peer's node is Ready too.
+	PeerName string
 }
 
 // Mark is one step of the cluster's life, at guest uptime and wall time
@@ -51,10 +62,15 @@ type Mark struct {
 	MemUsedMiB int
 }
 
-// Cluster is a running one-node cluster in the guest.
+// Cluster is a running lab cluster: one node in this guest, and in a
+// two-guest run a second one in the peer guest (PeerName).
 type Cluster struct {
 	opts     Options
 	NodeName string
+	// NodeIP is the node's address; in a two-guest run PeerName and
+	// PeerIP are the other node's.
+	NodeIP           string
+	PeerName, PeerIP string
 	// Kubeconfig is the admin's (system:masters) kubeconfig file.
 	Kubeconfig string
 	// PauseImage is the sandbox image; Images every reference imported.
@@ -70,6 +86,10 @@ type Cluster struct {
 	busyboxApplets []string
 	undo           []undoStep
 	ca             *ca
+	net            nodeNet
+	beforeKubelet  func(context.Context) error
+	// joinDir holds what the peer needs to join, in the share.
+	joinDir string
 }
 
 type undoStep struct {
@@ -144,7 +164,16 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		o.NodeName = strings.ToLower(h)
 	}
-	c := &Cluster{opts: o, NodeName: o.NodeName, start: time.Now()}
+	c := &Cluster{opts: o, NodeName: o.NodeName, start: time.Now(), net: oneGuest()}
+	if o.PeerName != "" {
+		if r := guest.Role(); r != guest.RoleMain {
+			return nil, fmt.Errorf("start the lab cluster with a peer node: this guest's %s is %q, not %q (pillar-lab test -peer-m boots one)", guest.RoleParam, r, guest.RoleMain)
+		}
+		c.net = linkNet(false)
+		c.PeerName, c.PeerIP = o.PeerName, guest.PeerAddr
+		c.joinDir = filepath.Join(guest.ShareDir, "join")
+	}
+	c.NodeIP = c.net.ip
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 	if err := c.startAll(ctx); err != nil {
@@ -203,6 +232,12 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	c.mark("kubernetes Service reached from a pod")
+	if c.PeerName != "" {
+		if err := c.waitPeerReady(ctx); err != nil {
+			return err
+		}
+		c.mark("peer node " + c.PeerName + " Ready")
+	}
 	return nil
 }
 
@@ -248,7 +283,7 @@ func (c *Cluster) writePKI() error {
 		return err
 	}
 	server, err := c.ca.issue("kube-apiserver", nil, []string{
-		NodeIP, APIServiceIP, "127.0.0.1", "localhost", c.NodeName,
+		c.NodeIP, APIServiceIP, "127.0.0.1", "localhost", c.NodeName,
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
 	})
 	if err != nil {
@@ -265,7 +300,7 @@ func (c *Cluster) writePKI() error {
 	if _, _, err := kc.write(pki, "apiserver-kubelet-client"); err != nil {
 		return err
 	}
-	url := "https://" + NodeIP + ":6443"
+	url := "https://" + c.NodeIP + ":6443"
 	for _, u := range []struct{ file, cn, org string }{
 		{"admin", "pillar-lab-admin", "system:masters"},
 		{"controller-manager", "system:kube-controller-manager", ""},
@@ -286,6 +321,9 @@ func (c *Cluster) writePKI() error {
 		}
 	}
 	c.Kubeconfig = c.dir("admin.kubeconfig")
+	if c.PeerName != "" {
+		return c.writeJoin(url)
+	}
 	return nil
 }
 
@@ -295,6 +333,23 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	tars, err := imageTars(c.opts.ImageDir)
 	if err != nil {
 		return fmt.Errorf("images: %w", err)
+	}
+	if len(c.opts.Images) > 0 {
+		var keep []string
+		for _, name := range append(slices.Clone(c.opts.Images), "pause") {
+			if name == "pause" && slices.Contains(keep, filepath.Join(c.opts.ImageDir, "pause.tar")) {
+				continue
+			}
+			if name == "pause" && !slices.Contains(tars, filepath.Join(c.opts.ImageDir, "pause.tar")) {
+				continue // the harness builds one
+			}
+			t := filepath.Join(c.opts.ImageDir, name+".tar")
+			if !slices.Contains(tars, t) {
+				return fmt.Errorf("images: %s is missing (make images)", t)
+			}
+			keep = append(keep, t)
+		}
+		tars = keep
 	}
 	imgDir := c.dir("images")
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
@@ -332,7 +387,7 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err := os.MkdirAll(cniDir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(cniDir, "10-pillar-lab.conflist"), []byte(cniConfig()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(cniDir, "10-pillar-lab.conflist"), []byte(cniConfig(c.net.podCIDR)), 0o644); err != nil {
 		return err
 	}
 	cfg := c.dir("containerd.toml")
@@ -487,7 +542,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}
 	if _, err := c.startDaemon("kube-apiserver", "kube-apiserver",
 		"--etcd-servers=http://127.0.0.1:2379",
-		"--advertise-address="+NodeIP, "--bind-address=0.0.0.0", "--secure-port=6443",
+		"--advertise-address="+c.NodeIP, "--bind-address=0.0.0.0", "--secure-port=6443",
 		"--cert-dir="+c.dir("apiserver-certs"),
 		"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
 		"--client-ca-file="+filepath.Join(pki, "ca.crt"),
@@ -511,7 +566,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
 	if err := c.waitFor(ctx, "the API server's /readyz", 5*time.Minute, func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+NodeIP+":6443/readyz", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+c.NodeIP+":6443/readyz", nil)
 		resp, err := hc.Do(req)
 		if err != nil {
 			return err
@@ -571,14 +626,14 @@ func (c *Cluster) adminTLS() (*tls.Config, error) {
 // startNode starts the kubelet.
 func (c *Cluster) startNode(ctx context.Context) error {
 	kcfg := c.dir("kubelet.yaml")
-	if err := os.WriteFile(kcfg, []byte(kubeletConfig(c.dir("pki", "ca.crt"))), 0o644); err != nil {
+	if err := os.WriteFile(kcfg, []byte(kubeletConfig(c.dir("pki", "ca.crt"), c.NodeIP)), 0o644); err != nil {
 		return err
 	}
 	if _, err := c.startDaemon("kubelet", "kubelet",
 		"--config="+kcfg,
 		"--kubeconfig="+c.dir("kubelet.kubeconfig"),
 		"--hostname-override="+c.NodeName,
-		"--node-ip="+NodeIP,
+		"--node-ip="+c.NodeIP,
 		"--v=1",
 	); err != nil {
 		return err
@@ -593,7 +648,7 @@ func (c *Cluster) startNode(ctx context.Context) error {
 // they reference only addresses that exist in it.
 func (c *Cluster) startProxy() error {
 	pcfg := c.dir("kube-proxy.yaml")
-	if err := os.WriteFile(pcfg, []byte(kubeProxyConfig(c.dir("proxy.kubeconfig"), c.NodeName)), 0o644); err != nil {
+	if err := os.WriteFile(pcfg, []byte(kubeProxyConfig(c.dir("proxy.kubeconfig"), c.NodeName, c.NodeIP)), 0o644); err != nil {
 		return err
 	}
 	_, err := c.startDaemon("kube-proxy", "kube-proxy", "--config="+pcfg)
@@ -612,15 +667,20 @@ func (c *Cluster) Helm(ctx context.Context, timeout time.Duration, args ...strin
 
 func (c *Cluster) waitNodeReady(ctx context.Context) error {
 	return c.waitFor(ctx, "node "+c.NodeName+" Ready", 5*time.Minute, func(ctx context.Context) error {
-		out, err := c.Kubectl(ctx, nil, "get", "node", c.NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
-		if err != nil {
-			return err
-		}
-		if s := strings.TrimSpace(string(out)); s != "True" {
-			return fmt.Errorf("condition Ready is %q", s)
-		}
-		return nil
+		return c.nodeReady(ctx, c.NodeName)
 	})
+}
+
+// nodeReady reports why node is not Ready, or nil.
+func (c *Cluster) nodeReady(ctx context.Context, node string) error {
+	out, err := c.Kubectl(ctx, nil, "get", "node", node, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+	if err != nil {
+		return err
+	}
+	if s := strings.TrimSpace(string(out)); s != "True" {
+		return fmt.Errorf("condition Ready is %q", s)
+	}
+	return nil
 }
 
 // checkServiceFromPod proves what every in-cluster client (the CSI

@@ -40,7 +40,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 // cniConfig is a bridge network with host-local addresses from PodCIDR;
 // pods reach the node (and through kube-proxy's rules, Services) by the
 // bridge's gateway address.
-func cniConfig() string {
+func cniConfig(podCIDR string) string {
 	return fmt.Sprintf(`{
   "cniVersion": "0.4.0",
   "name": "pillar-lab",
@@ -60,13 +60,13 @@ func cniConfig() string {
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, bridgeName, PodCIDR)
+`, bridgeName, podCIDR)
 }
 
 // kubeletConfig is the kubelet's configuration file. Eviction and image
 // garbage collection are kept out of the way: the node's filesystems are
 // small tmpfs mounts, and a suite must not lose its pods to a threshold.
-func kubeletConfig(caFile string) string {
+func kubeletConfig(caFile, nodeIP string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -87,13 +87,13 @@ imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 registerNode: true
 maxPods: 110
-`, caFile, NodeIP)
+`, caFile, nodeIP)
 }
 
 // kubeProxyConfig runs kube-proxy in iptables mode without touching
 // conntrack sysctls (the guest's defaults are fine, and a read-only
 // /sys/module parameter would fail the start).
-func kubeProxyConfig(kubeconfig, nodeName string) string {
+func kubeProxyConfig(kubeconfig, nodeName, nodeIP string) string {
 	return fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
@@ -108,7 +108,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, kubeconfig, nodeName, PodCIDR, NodeIP)
+`, kubeconfig, nodeName, clusterCIDR, nodeIP)
 }
 
 // kubeconfig is a client configuration for the API server with a client

@@ -13,9 +13,9 @@ import (
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
 
-// The node's addresses. They exist only inside the guest: the dummy
-// interface carries no traffic anywhere, and nothing is routed to the
-// host's interfaces (the guest has no NIC at all).
+// The node's addresses in a one-guest run. They exist only inside the
+// guest: the dummy interface carries no traffic anywhere, and nothing is
+// routed to the host's interfaces (the guest has no NIC at all).
 const (
 	nodeCIDR      = "192.168.77.10/24"
 	NodeIP        = "192.168.77.10"
@@ -24,7 +24,40 @@ const (
 	APIServiceIP  = "10.96.0.1" // the `kubernetes` Service: the first address of ServiceCIDR
 	nodeInterface = "pillar0"
 	bridgeName    = "cni0"
+	// clusterCIDR holds every node's pod subnet.
+	clusterCIDR = "10.244.0.0/16"
+	// peerPodCIDR is the pod subnet of a two-guest run's peer node.
+	peerPodCIDR = "10.244.1.0/24"
 )
+
+// nodeNet is where a node lives on the network.
+type nodeNet struct {
+	ip      string
+	cidr    string // ip/prefix on iface
+	podCIDR string
+	iface   string
+	dummy   bool // iface is created (a dummy) rather than the guest's NIC
+	// In a two-guest run, the other node's pod subnet is routed through
+	// its address on the link.
+	otherPodCIDR, otherIP string
+}
+
+// oneGuest is the network of a one-guest run's node.
+func oneGuest() nodeNet {
+	return nodeNet{ip: NodeIP, cidr: nodeCIDR, podCIDR: PodCIDR, iface: nodeInterface, dummy: true}
+}
+
+// linkNet is the network of a two-guest run's node: the main guest's
+// (control plane and worker) or the peer's.
+func linkNet(peer bool) nodeNet {
+	prefix := strings.SplitN(guest.LinkCIDR, "/", 2)[1]
+	n := nodeNet{ip: guest.MainAddr, podCIDR: PodCIDR, iface: guest.LinkInterface, otherPodCIDR: peerPodCIDR, otherIP: guest.PeerAddr}
+	if peer {
+		n = nodeNet{ip: guest.PeerAddr, podCIDR: peerPodCIDR, iface: guest.LinkInterface, otherPodCIDR: PodCIDR, otherIP: guest.MainAddr}
+	}
+	n.cidr = n.ip + "/" + prefix
+	return n
+}
 
 // cmdTimeout bounds every short command of the node setup; a modprobe or
 // an ip call that takes longer has hung.
@@ -60,29 +93,17 @@ func (c *Cluster) prepareNode(ctx context.Context) error {
 		}
 	}
 
-	for _, args := range [][]string{
-		{"link", "add", nodeInterface, "type", "dummy"},
-		{"addr", "add", nodeCIDR, "dev", nodeInterface},
-		{"link", "set", nodeInterface, "up"},
-		// On-link: the kubelet and kube-proxy pick the node address from
-		// the interface of the default route.
-		{"route", "add", "default", "dev", nodeInterface},
-	} {
-		if _, err := run(ctx, cmdTimeout, nil, "ip", args...); err != nil {
-			return fmt.Errorf("node network: %w", err)
-		}
-		if args[1] == "add" && args[0] == "link" {
-			c.onStop("delete the node interface", func() error {
-				_, err := run(context.Background(), cmdTimeout, nil, "ip", "link", "del", nodeInterface)
-				return err
-			})
-		}
+	if err := c.nodeNetwork(ctx); err != nil {
+		return err
 	}
 	hosts, err := os.ReadFile("/etc/hosts")
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("node name: %w", err)
 	}
-	hosts = append(hosts, []byte(fmt.Sprintf("\n%s %s\n", NodeIP, c.NodeName))...)
+	hosts = append(hosts, []byte(fmt.Sprintf("\n%s %s\n", c.NodeIP, c.NodeName))...)
+	if c.PeerName != "" {
+		hosts = append(hosts, []byte(fmt.Sprintf("%s %s\n", c.PeerIP, c.PeerName))...)
+	}
 	if err := os.WriteFile("/etc/hosts", hosts, 0o644); err != nil {
 		return fmt.Errorf("node name: %w", err)
 	}
@@ -90,6 +111,37 @@ func (c *Cluster) prepareNode(ctx context.Context) error {
 	for _, dir := range []string{"/var/lib/containerd", "/var/lib/kubelet", c.dir("etcd")} {
 		if err := c.tmpfs(ctx, dir); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// nodeNetwork gives the node its address: on a dummy interface with an
+// on-link default route in a one-guest run (the kubelet and kube-proxy
+// pick the node address from the interface of the default route), on the
+// link in a two-guest run, with a route to the other node's pods.
+func (c *Cluster) nodeNetwork(ctx context.Context) error {
+	n := c.net
+	var steps [][]string
+	if n.dummy {
+		steps = append(steps, []string{"link", "add", n.iface, "type", "dummy"})
+	}
+	steps = append(steps,
+		[]string{"addr", "add", n.cidr, "dev", n.iface},
+		[]string{"link", "set", n.iface, "up"},
+		[]string{"route", "add", "default", "dev", n.iface})
+	if n.otherPodCIDR != "" {
+		steps = append(steps, []string{"route", "add", n.otherPodCIDR, "via", n.otherIP, "dev", n.iface})
+	}
+	for _, args := range steps {
+		if _, err := run(ctx, cmdTimeout, nil, "ip", args...); err != nil {
+			return fmt.Errorf("node network: %w", err)
+		}
+		if args[0] == "link" && args[1] == "add" {
+			c.onStop("delete the node interface", func() error {
+				_, err := run(context.Background(), cmdTimeout, nil, "ip", "link", "del", n.iface)
+				return err
+			})
 		}
 	}
 	return nil

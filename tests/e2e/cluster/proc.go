@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -39,11 +40,7 @@ func (e *CmdError) Unwrap() error { return e.Err }
 func run(ctx context.Context, timeout time.Duration, stdin []byte, name string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 5 * time.Second
+	cmd := command(ctx, name, args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
@@ -57,6 +54,37 @@ func run(ctx context.Context, timeout time.Duration, stdin []byte, name string, 
 		return stdout.Bytes(), &CmdError{Op: "run", Cmd: append([]string{name}, args...), Stderr: stderr.String(), Err: err}
 	}
 	return stdout.Bytes(), nil
+}
+
+// command is name with args in a process group of its own, killed as a
+// whole when ctx ends, with LC_ALL=C.
+func command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// Shell runs script with `sh -eux` in dir as an operator's terminal would:
+// KUBECONFIG is the cluster's, and the cluster's binaries (kubectl, helm)
+// come first on PATH. Each command (-x) and everything it prints go to
+// out as they happen. The first command that fails ends the script.
+func (c *Cluster) Shell(ctx context.Context, timeout time.Duration, dir, script string, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := command(ctx, "sh", "-eux", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = append(cmd.Env, "KUBECONFIG="+c.Kubeconfig, "PATH="+c.opts.BinDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (timeout %v)", ctx.Err(), timeout)
+		}
+		return &CmdError{Op: "shell", Cmd: []string{"sh", "-eux", "-c", "<script>"}, Err: err}
+	}
+	return nil
 }
 
 // daemon is one long-running component (etcd, kube-apiserver, the

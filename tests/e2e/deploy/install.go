@@ -13,14 +13,15 @@ import (
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 )
 
-// The names deploy/examples uses: Install applies those files as a user
-// would, with only the agent's name and the bind address filled in.
+// The names the README's quickstart and deploy/examples use.
 const (
 	ZPool     = "tank"
 	VG        = "vg0"
 	ThinPool  = "thin0"
 	Namespace = "pillar-csi"
 	Release   = "pillar-csi"
+	// AgentName is the PillarAgent of the storage node.
+	AgentName = "storage-1"
 )
 
 // imageRef is the reference make images wrote for one image
@@ -41,11 +42,11 @@ func imageRef(root, name string) (repo, tag string, err error) {
 	return m.Reference[:i], m.Reference[i+1:], nil
 }
 
-// labValues are the chart values of the lab, and only those: the images
-// make images built (no registry: pullPolicy Never) and the one node as
-// storage node. Everything else is the chart's default, which is what the
-// install proves.
-func labValues(root, node string) (string, error) {
+// labValues are the chart values the lab adds to the quickstart's, and
+// only those: the images make images built (no registry: pullPolicy
+// Never). Everything else is the quickstart's or the chart's default,
+// which is what the install proves.
+func labValues(root string) (string, error) {
 	img := map[string]string{}
 	for _, n := range []string{"pillar-controller", "pillar-agent", "pillar-node", "csi-provisioner", "csi-attacher", "csi-resizer"} {
 		repo, tag, err := imageRef(root, n)
@@ -63,102 +64,67 @@ agent:
   image: %s
 node:
   image: %s
-storageNodes:
-  - name: %s
-    nodeName: %s
 `, img["pillar-controller"], img["csi-provisioner"], img["csi-attacher"], img["csi-resizer"],
-		img["pillar-agent"], img["pillar-node"], node, node), nil
+		img["pillar-agent"], img["pillar-node"]), nil
 }
 
-// example reads a file of deploy/examples and makes the replacements the
-// lab needs; a replacement that does not match fails, so the suite notices
-// when the documented YAML changes under it.
-func example(root, name string, repl ...string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(root, "deploy", "examples", name))
-	if err != nil {
-		return "", err
+// installReplacements are the changes the lab makes to the quickstart's
+// install: its storage node's name, and the values file of labValues.
+func installReplacements(node, valuesFile string) []string {
+	return []string{
+		"NODE=storage-node-1", "NODE=" + node,
+		"helm install pillar-csi deploy/charts/pillar-csi", "helm install pillar-csi deploy/charts/pillar-csi -f " + valuesFile,
 	}
-	s := string(b)
-	for i := 0; i+1 < len(repl); i += 2 {
-		if !strings.Contains(s, repl[i]) {
-			return "", fmt.Errorf("deploy/examples/%s no longer says %q", name, repl[i])
-		}
-		s = strings.ReplaceAll(s, repl[i], repl[i+1])
-	}
-	return s, nil
 }
 
-// Install labels the node as storage node, installs the chart of the
-// repository at root with the images make images built there, and applies
-// the examples, writing each step's output and timing to log. It returns
-// when every Pillar* object is Ready and the generated StorageClasses
-// exist.
+// StorageNode is the name of the cluster's storage node: the peer's in a
+// two-guest run, the one node's otherwise.
+func StorageNode(c *cluster.Cluster) string {
+	if c.PeerName != "" {
+		return c.PeerName
+	}
+	return c.NodeName
+}
+
+// Install runs the install of the README's quickstart in the repository
+// at root (label the storage node, helm install, apply the examples, wait
+// for every Pillar* object to be Ready) with the images make images built
+// there, writing each command and its output to log.
+//
+// In a two-guest run the storage node is first cordoned: the DaemonSets
+// still run there, but workloads and the controller go to the main
+// guest's node, so that every volume crosses the link between the two
+// kernels, and the storage node's power cut leaves the controller up.
 func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer) error {
 	step := NewStepLog(log)
-	if _, err := c.Kubectl(ctx, nil, "label", "node", c.NodeName, "--overwrite", "pillar-csi.io/storage-node=true"); err != nil {
-		return fmt.Errorf("label the storage node: %w", err)
+	node := StorageNode(c)
+	if c.PeerName != "" {
+		if _, err := c.Kubectl(ctx, nil, "cordon", node); err != nil {
+			return fmt.Errorf("cordon the storage node: %w", err)
+		}
 	}
-	values, err := labValues(root, c.NodeName)
+	values, err := labValues(root)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "values:\n%s", values)
 	vf := filepath.Join(os.TempDir(), "pillar-e2e-values.yaml")
 	if err := os.WriteFile(vf, []byte(values), 0o644); err != nil {
 		return err
 	}
-	out, err := c.Helm(ctx, 16*time.Minute, "install", Release, filepath.Join(root, "deploy", "charts", "pillar-csi"),
-		"--namespace", Namespace, "--create-namespace", "--wait", "--timeout", "15m", "-f", vf)
-	fmt.Fprintf(log, "$ helm install %s deploy/charts/pillar-csi -n %s --create-namespace --wait -f values.yaml\n%s", Release, Namespace, out)
+	fmt.Fprintf(log, "%s:\n%s", vf, values)
+	script, err := QuickstartScript(root, QuickstartInstall, installReplacements(node, vf)...)
 	if err != nil {
-		return fmt.Errorf("helm install: %w", err)
+		return err
 	}
-	step("helm install --wait")
+	if err := c.Shell(ctx, 30*time.Minute, root, script, log); err != nil {
+		Show(ctx, c, log, "get", "pods", "-n", Namespace, "-o", "wide")
+		Restarts(ctx, c, log)
+		Show(ctx, c, log, "describe", "pillar")
+		return fmt.Errorf("the README's quickstart install: %w", err)
+	}
+	step("the README's quickstart install")
 	Show(ctx, c, log, "get", "pods", "-n", Namespace, "-o", "wide")
 	Restarts(ctx, c, log)
-
-	zfs, err := example(root, "02-pillarstore-zfs.yaml", "agentName: storage-1", "agentName: "+c.NodeName)
-	if err != nil {
-		return err
-	}
-	lvm, err := example(root, "02-pillarstore-lvm-thin.yaml", "agentName: storage-2", "agentName: "+c.NodeName)
-	if err != nil {
-		return err
-	}
-	proto, err := example(root, "03-pillarprotocol-nvmeof-tcp.yaml", "bindAddress: 0.0.0.0", "bindAddress: "+cluster.NodeIP)
-	if err != nil {
-		return err
-	}
-	// The LVM class of the example keeps released volumes (Retain); the
-	// suite checks that a deleted claim leaves nothing behind, so both
-	// classes delete.
-	classes, err := example(root, "04-pillarstorageclass.yaml", "reclaimPolicy: Retain", "reclaimPolicy: Delete")
-	if err != nil {
-		return err
-	}
-	for _, m := range []string{zfs, lvm, proto, classes} {
-		if out, err := c.Kubectl(ctx, []byte(m), "apply", "-f", "-"); err != nil {
-			return fmt.Errorf("kubectl apply: %w\n%s", err, out)
-		}
-	}
-	step("examples applied")
-	objs := []string{"pillaragent/" + c.NodeName, "pillarstore/zfs-tank", "pillarstore/lvm-thin",
-		"pillarprotocol/nvmeof-tcp", "pillarstorageclass/zfs-nvmeof", "pillarstorageclass/lvm-nvmeof-xfs"}
-	for _, o := range objs {
-		if out, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Ready", o, "--timeout=150s"); err != nil {
-			Show(ctx, c, log, "get", "pillar", "-o", "wide")
-			Show(ctx, c, log, "describe", o)
-			return fmt.Errorf("%s not Ready: %w\n%s", o, err, out)
-		}
-	}
-	step("every Pillar* object Ready")
-	for _, sc := range []string{"zfs-nvmeof", "lvm-nvmeof-xfs"} {
-		if _, err := c.Kubectl(ctx, nil, "get", "storageclass", sc); err != nil {
-			return fmt.Errorf("the generated StorageClass %s: %w", sc, err)
-		}
-	}
-	Show(ctx, c, log, "get", "pillar", "-o", "wide")
-	Show(ctx, c, log, "get", "storageclass")
 	Show(ctx, c, log, "describe", "pillarstore", "zfs-tank")
 	return nil
 }

@@ -47,26 +47,41 @@ func NewStorage(ctx context.Context, log io.Writer) (*Storage, error) {
 	if s.zfsLoop, err = loopDevice(ctx, filepath.Join(dir, "zfs.img"), zpoolFileSize); err != nil {
 		return fail(err)
 	}
-	if _, err := fixture.Command(ctx, "create zpool", "zpool", "create", "-f", "-o", "cachefile=none",
-		"-O", "mountpoint=none", ZPool, s.zfsLoop); err != nil {
+	if err := createZpool(ctx, s.zfsLoop); err != nil {
 		return fail(err)
 	}
 	if s.lvmLoop, err = loopDevice(ctx, filepath.Join(dir, "lvm.img"), vgFileSize); err != nil {
 		return fail(err)
 	}
-	for _, args := range [][]string{
-		{"pvcreate", "--yes", s.lvmLoop},
-		{"vgcreate", "--yes", VG, s.lvmLoop},
-		{"lvcreate", "--yes", "--type", "thin-pool", "--size", thinPoolSize, "--name", ThinPool, VG},
-	} {
-		if _, err := fixture.LVM(ctx, args[0], args[1:]...); err != nil {
-			return fail(err)
-		}
+	if err := createVG(ctx, s.lvmLoop); err != nil {
+		return fail(err)
 	}
 	s.complete = true
 	fmt.Fprintf(log, "pillar-e2e: storage: zpool %s on %s, VG %s (thin pool %s) on %s; guest uptime %.1fs, %d MiB used\n",
 		ZPool, s.zfsLoop, VG, ThinPool, s.lvmLoop, cluster.Uptime().Seconds(), cluster.MemUsedMiB())
 	return s, nil
+}
+
+// createZpool creates the pool ZPool on the block device dev.
+func createZpool(ctx context.Context, dev string) error {
+	_, err := fixture.Command(ctx, "create zpool", "zpool", "create", "-f", "-o", "cachefile=none",
+		"-O", "mountpoint=none", ZPool, dev)
+	return err
+}
+
+// createVG creates the volume group VG with its thin pool ThinPool on the
+// block device dev.
+func createVG(ctx context.Context, dev string) error {
+	for _, args := range [][]string{
+		{"pvcreate", "--yes", dev},
+		{"vgcreate", "--yes", VG, dev},
+		{"lvcreate", "--yes", "--type", "thin-pool", "--size", thinPoolSize, "--name", ThinPool, VG},
+	} {
+		if _, err := fixture.LVM(ctx, args[0], args[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func loopDevice(ctx context.Context, file string, size int64) (string, error) {

@@ -4,6 +4,7 @@ package pillar_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -183,4 +184,108 @@ func zvolCount(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(strings.Fields(out))
+}
+
+// nodeStateDir is where the chart's pillar-node keeps its stage records
+// on the node (the chart's node.stateDir).
+const nodeStateDir = "/var/lib/pillar-csi/node"
+
+// TestNodePluginKilledBetweenStageAndPublish kills the pillar-node pod
+// (every process of it at once) the moment its stage record says
+// NodeStageVolume finished, before kubelet's NodePublishVolume mounted the
+// volume into the pod. kubelet restarts the container; the new pillar-node
+// must take the volume from the stage record it finds on the host path:
+// kubelet's retried NodeStageVolume is answered from the record and the
+// mount that is there, NodePublishVolume bind-mounts it, and the pod
+// starts and writes. Deleting the pod and the claim then unstages from
+// the same record and leaves nothing behind (no mount, no initiator
+// controller, no export, no backend volume).
+func TestNodePluginKilledBetweenStageAndPublish(t *testing.T) {
+	c := setup(t)
+	ns := testNamespace(t, c)
+	nodePod := kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=node", "-o", "jsonpath={.items[0].metadata.name}")
+	podCgroup := podCgroupDir(t, kubectl(t, c, "get", "pod", "-n", deploy.Namespace, nodePod, "-o", "jsonpath={.metadata.uid}"))
+	restartsBefore := kubectl(t, c, "get", "pod", "-n", deploy.Namespace, nodePod, "-o", "jsonpath={.status.containerStatuses[?(@.name==\"pillar-node\")].restartCount}")
+
+	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "128Mi"))
+	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
+	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
+	volumeID := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
+	recordPath := filepath.Join(nodeStateDir, volumeID+".json")
+
+	t0 := time.Now()
+	apply(t, c, pod(ns, "writer", writeFileScript, "persistentVolumeClaim: {claimName: data}", false))
+	podUID := kubectl(t, c, "get", "pod", "-n", ns, "writer", "-o", "jsonpath={.metadata.uid}")
+	target := filepath.Join("/var/lib/kubelet/pods", podUID, "volumes", "kubernetes.io~csi", pv, "mount")
+	// NodeStageVolume writes the record twice: before the connect
+	// (complete false) and after the mount (complete true); kubelet calls
+	// NodePublishVolume once the stage has answered. A poll every
+	// millisecond sees the second write long before kubelet, under
+	// emulation, has made the next call.
+	deadline := time.Now().Add(10 * time.Minute)
+	for {
+		b, err := os.ReadFile(recordPath)
+		var rec struct {
+			Complete bool `json:"complete"`
+		}
+		if err == nil && json.Unmarshal(b, &rec) == nil && rec.Complete {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stage record %s never said complete (last read: %q, %v)", recordPath, b, err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := os.WriteFile(filepath.Join(podCgroup, "cgroup.kill"), []byte("1"), 0o644); err != nil {
+		t.Fatalf("kill pod %s: %v", nodePod, err)
+	}
+	killed := time.Since(t0)
+	published, err := isMountPoint(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if published {
+		t.Fatalf("the kill (%v after the pod was created) landed after NodePublishVolume had mounted %s: it did not test a restart between stage and publish", killed, target)
+	}
+	t.Logf("pillar-node pod %s killed %v after the writer was created: stage record complete, %s not mounted yet",
+		nodePod, killed.Round(time.Millisecond), target)
+
+	wait(t, c, ns, "pod/writer", "condition=Ready", 10*time.Minute)
+	record(t, "node plugin killed between stage and publish: pod Running", time.Since(t0))
+	sum := podSum(t, c, ns, "writer")
+	f := strings.Fields(kubectl(t, c, "exec", "-n", ns, "writer", "--", "sha256sum", "/data/blob") + " ")
+	if f[0] != sum {
+		t.Errorf("kubectl exec sha256sum /data/blob = %q, the writer logged %s", f[0], sum)
+	}
+	if ok, err := isMountPoint(target); err != nil || !ok {
+		t.Errorf("the writer runs but %s is not a mount point (%v)", target, err)
+	}
+	restarts := kubectl(t, c, "get", "pod", "-n", deploy.Namespace, nodePod, "-o", "jsonpath={.status.containerStatuses[?(@.name==\"pillar-node\")].restartCount}")
+	if restarts == restartsBefore {
+		t.Errorf("pillar-node's container restart count is still %s: the kill did not restart it", restarts)
+	}
+	t.Logf("pillar-node's container restarts: %s before, %s after", restartsBefore, restarts)
+	logKubectl(t, c, "logs", "-n", deploy.Namespace, nodePod, "-c", "pillar-node", "--tail=40")
+
+	kubectl(t, c, "delete", "pod", "-n", ns, "writer", "--wait=true", "--timeout=3m")
+	deleteClaim(t, c, ns, pv, volumeID, zvolExists, "node plugin killed between stage and publish")
+	if _, err := os.Stat(recordPath); !os.IsNotExist(err) {
+		t.Errorf("the stage record %s is left after the claim's deletion (%v)", recordPath, err)
+	}
+}
+
+// isMountPoint says whether path is a mount point in this mount namespace
+// (the node's, where kubelet mounts pods' volumes).
+func isMountPoint(path string) (bool, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		// Field 5 is the mount point, with spaces and the like octal-escaped.
+		if f := strings.Fields(l); len(f) > 4 && f[4] == path {
+			return true, nil
+		}
+	}
+	return false, nil
 }

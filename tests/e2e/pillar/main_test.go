@@ -30,23 +30,38 @@ var lab struct {
 }
 
 func TestMain(m *testing.M) {
+	// The peer guest of a two-guest run is the storage node: it runs no
+	// test, it serves until the host powers it off.
+	if guest.Role() == guest.RolePeer {
+		root, err := cluster.RepoRoot()
+		if err == nil {
+			err = deploy.ServeStorageNode(context.Background(), root, os.Stdout)
+		}
+		fmt.Fprintf(os.Stdout, "pillar-e2e: storage node: %v\n", err)
+		os.Exit(1)
+	}
 	// Outside the guest, the tests fail through RequireGuest (never skip),
 	// so there is nothing to start.
 	if guest.InLab() {
 		lab.root, lab.err = cluster.RepoRoot()
 		if lab.err == nil {
 			t0 := time.Now()
-			lab.c, lab.err = cluster.Start(context.Background(), cluster.Options{
+			o := cluster.Options{
 				BinDir:   filepath.Join(lab.root, "bin"),
 				ImageDir: filepath.Join(lab.root, "bin", "images"),
 				Log:      os.Stdout,
-			})
+			}
+			if guest.Role() == guest.RoleMain {
+				o.PeerName = deploy.StorageNodeName
+			}
+			lab.c, lab.err = cluster.Start(context.Background(), o)
 			if lab.err == nil {
 				fmt.Fprintf(os.Stdout, "pillar-e2e: cluster started in %.1fs (guest uptime %.1fs), %d MiB used\n",
 					time.Since(t0).Seconds(), cluster.Uptime().Seconds(), cluster.MemUsedMiB())
 			}
 		}
-		if lab.err == nil {
+		// In a two-guest run the pools are the peer's own.
+		if lab.err == nil && lab.c.PeerName == "" {
 			lab.storage, lab.err = deploy.NewStorage(context.Background(), os.Stdout)
 		}
 	}

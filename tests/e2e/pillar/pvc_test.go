@@ -16,7 +16,6 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
-	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
 
@@ -69,21 +68,6 @@ type volumeCase struct {
 	backend func(ctx context.Context, volumeID string) (bool, error)
 }
 
-func zvolExists(ctx context.Context, id string) (bool, error) {
-	out, err := zvolList(ctx)
-	return strings.Contains(out, id), err
-}
-
-// zvolList is every zvol of the pool, one name a line.
-func zvolList(ctx context.Context) (string, error) {
-	return fixture.Command(ctx, "list zvols", "zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", deploy.ZPool)
-}
-
-func lvExists(ctx context.Context, id string) (bool, error) {
-	out, err := fixture.LVM(ctx, "lvs", "--noheadings", "-o", "lv_name", deploy.VG)
-	return strings.Contains(out, id), err
-}
-
 // TestVolumes: for ext4 on a zvol, xfs on a thin LV and a raw block thin
 // LV, a claim against the generated StorageClass binds; a pod writes data
 // and its checksum; the claim grows online and the pod sees the new size;
@@ -127,8 +111,8 @@ func testVolume(t *testing.T, c *cluster.Cluster, vc volumeCase) {
 	if ok, err := vc.backend(ctx, volumeID); err != nil || !ok {
 		t.Fatalf("the backend volume of %s is not on the storage node (%v)", volumeID, err)
 	}
-	if _, err := os.Stat(subsys); err != nil {
-		t.Fatalf("the volume's nvmet subsystem: %v", err)
+	if ok, err := storageHas(ctx, c, subsys); err != nil || !ok {
+		t.Fatalf("the volume's nvmet subsystem %s is not in the storage node's configfs (%v)", id.SubsystemNQN, err)
 	}
 
 	// The writer stays up so that the claim can grow under it.
@@ -220,14 +204,24 @@ func testVolume(t *testing.T, c *cluster.Cluster, vc volumeCase) {
 // recorded under the name what.
 func deleteClaim(t *testing.T, c *cluster.Cluster, ns, pv, volumeID string, backend func(context.Context, string) (bool, error), what string) {
 	t.Helper()
+	t0 := time.Now()
+	kubectl(t, c, "delete", "pvc", "-n", ns, "data", "--wait=true", "--timeout=3m")
+	volumeGone(t, c, pv, volumeID, backend, what, t0)
+}
+
+// volumeGone waits for the PersistentVolume pv of a deleted claim and the
+// PillarVolumeState of its volume to go, then checks that the backend
+// volume, the nvmet subsystem, the initiator's controller and the
+// VolumeAttachment went with them. The time from t0 to the PV's end is
+// recorded under what.
+func volumeGone(t *testing.T, c *cluster.Cluster, pv, volumeID string, backend func(context.Context, string) (bool, error), what string, t0 time.Time) {
+	t.Helper()
 	ctx := context.Background()
 	id, err := export.For(volumeID)
 	if err != nil {
 		t.Fatalf("volume handle %q: %v", volumeID, err)
 	}
 	subsys := filepath.Join(fixture.NVMetRoot, "subsystems", id.SubsystemNQN)
-	t0 := time.Now()
-	kubectl(t, c, "delete", "pvc", "-n", ns, "data", "--wait=true", "--timeout=3m")
 	// Deletion waits for the detach, which goes through csi-attacher's
 	// ControllerUnpublish; in a guest whose sidecars restart under load
 	// (the attacher exits when its 1-second capability check times out,
@@ -241,8 +235,8 @@ func deleteClaim(t *testing.T, c *cluster.Cluster, ns, pv, volumeID string, back
 	if ok, err := backend(ctx, volumeID); err != nil || ok {
 		t.Errorf("the backend volume of %s is still on the storage node (%v)", volumeID, err)
 	}
-	if _, err := os.Stat(subsys); !os.IsNotExist(err) {
-		t.Errorf("the nvmet subsystem %s is still in configfs (%v)", id.SubsystemNQN, err)
+	if ok, err := storageHas(ctx, c, subsys); err != nil || ok {
+		t.Errorf("the nvmet subsystem %s is still in the storage node's configfs (%v)", id.SubsystemNQN, err)
 	}
 	if ctrls := fixture.Controllers(t, id.SubsystemNQN); len(ctrls) > 0 {
 		t.Errorf("the node is still connected to %s: %v", id.SubsystemNQN, ctrls)

@@ -1,0 +1,225 @@
+//go:build kernel
+
+package pillar_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
+)
+
+// The sizes of TestPerformance's two parts; make e2e-perf runs the
+// defaults.
+var (
+	perfSequential = flag.Int("perf.sequential", 20, "TestPerformance: claims bound and pods started one after another")
+	perfParallel   = flag.Int("perf.parallel", 50, "TestPerformance: claims and pods created at once")
+)
+
+// perfClaimSize is small on purpose: TestPerformance measures the
+// driver's and the cluster's steps, not mkfs on large devices, and 50
+// claims must fit the lab's 4 GiB pool.
+const perfClaimSize = "32Mi"
+
+// perfPodScript writes a little through the volume, so that a Running pod
+// has a filesystem that works, and stays up.
+const perfPodScript = `set -e; echo ok > /data/ok; sync; sleep 3600`
+
+// TestPerformance measures what a user waits for, against what the
+// cluster itself costs:
+//
+//   - one after another (-perf.sequential, default 20): a claim of the
+//     generated zfs-nvmeof class created → Bound, then a pod using it
+//     created → Running; p50 and p99 of each, and of a pod with a hostPath
+//     volume created → Running in the same cluster (the baseline);
+//   - at once (-perf.parallel, default 50): that many claims and pods in
+//     one kubectl apply, the time until every claim is Bound and every pod
+//     Running, against the same number of hostPath pods at once; nothing
+//     may fail. Then the time until every PersistentVolume is gone after
+//     the claims are deleted, and no zvol is left.
+//
+// The times are taken the way the other tests take them (kubectl wait
+// and polls from inside the guest), so they include kubectl's own start.
+func TestPerformance(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	before, err := zvolList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("sequential", func(t *testing.T) {
+		n := *perfSequential
+		ns := testNamespace(t, c)
+		dir := hostPathDir(t)
+		var bound, running, baseline []time.Duration
+		for i := range n {
+			t0 := time.Now()
+			apply(t, c, pod(ns, fmt.Sprintf("hostpath-%02d", i), perfPodScript, fmt.Sprintf("hostPath: {path: %s, type: Directory}", dir), false))
+			wait(t, c, ns, fmt.Sprintf("pod/hostpath-%02d", i), "condition=Ready", 5*time.Minute)
+			baseline = append(baseline, time.Since(t0))
+		}
+		for i := range n {
+			name := fmt.Sprintf("data-%02d", i)
+			t0 := time.Now()
+			apply(t, c, claim(ns, name, "zfs-nvmeof", "Filesystem", "ReadWriteOnce", perfClaimSize))
+			wait(t, c, ns, "pvc/"+name, "jsonpath={.status.phase}=Bound", 5*time.Minute)
+			bound = append(bound, time.Since(t0))
+			t1 := time.Now()
+			apply(t, c, pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
+			wait(t, c, ns, "pod/pod-"+name, "condition=Ready", 5*time.Minute)
+			running = append(running, time.Since(t1))
+		}
+		reportPercentiles(t, fmt.Sprintf("sequential x%d: hostPath pod Running", n), baseline, nil)
+		reportPercentiles(t, fmt.Sprintf("sequential x%d: PVC Bound", n), bound, nil)
+		reportPercentiles(t, fmt.Sprintf("sequential x%d: PVC pod Running", n), running, baseline)
+		deleteAll(t, c, ns, n, before)
+	})
+
+	t.Run("parallel", func(t *testing.T) {
+		n := *perfParallel
+		ns := testNamespace(t, c)
+		dir := hostPathDir(t)
+		var base strings.Builder
+		for i := range n {
+			fmt.Fprintf(&base, "---\n%s", pod(ns, fmt.Sprintf("hostpath-%02d", i), perfPodScript, fmt.Sprintf("hostPath: {path: %s, type: Directory}", dir), false))
+		}
+		t0 := time.Now()
+		apply(t, c, base.String())
+		baseline := waitAll(t, c, ns, "pods", "hostpath-", n, "Running", 20*time.Minute)
+		record(t, fmt.Sprintf("parallel x%d: every hostPath pod Running", n), time.Since(t0))
+		deletePods(t, c, ns)
+
+		var all strings.Builder
+		for i := range n {
+			name := fmt.Sprintf("data-%02d", i)
+			fmt.Fprintf(&all, "---\n%s---\n%s", claim(ns, name, "zfs-nvmeof", "Filesystem", "ReadWriteOnce", perfClaimSize),
+				pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
+		}
+		t1 := time.Now()
+		apply(t, c, all.String())
+		bound := waitAll(t, c, ns, "pvc", "data-", n, "Bound", 30*time.Minute)
+		record(t, fmt.Sprintf("parallel x%d: every PVC Bound", n), time.Since(t1))
+		running := waitAll(t, c, ns, "pods", "pod-data-", n, "Running", 30*time.Minute)
+		record(t, fmt.Sprintf("parallel x%d: every PVC pod Running", n), time.Since(t1))
+		reportPercentiles(t, fmt.Sprintf("parallel x%d: hostPath pod Running", n), baseline, nil)
+		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC Bound", n), bound, nil)
+		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC pod Running", n), running, baseline)
+		deleteAll(t, c, ns, n, before)
+	})
+	t.Logf("figures of the run so far:\n%s", summary())
+}
+
+// hostPathDir is a directory on the node for the baseline pods.
+func hostPathDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "pillar-e2e-perf-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// waitAll polls the objects of kind in ns whose names start with prefix
+// until n of them are in phase, and returns, for each, how long after the
+// call it was first seen there. A pod that fails, or a timeout, fails the
+// test with the phases last seen.
+func waitAll(t *testing.T, c *cluster.Cluster, ns, kind, prefix string, n int, phase string, timeout time.Duration) []time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	seen := map[string]time.Duration{}
+	poll(t, fmt.Sprintf("%d %s %s in %s", n, kind, phase, ns), timeout, 2*time.Second, func() (bool, string) {
+		out, err := c.Kubectl(context.Background(), nil, "get", kind, "-n", ns, "-o",
+			`jsonpath={range .items[*]}{.metadata.name}{" "}{.status.phase}{"\n"}{end}`)
+		if err != nil {
+			return false, err.Error()
+		}
+		phases := map[string]int{}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			name, p, _ := strings.Cut(l, " ")
+			if !strings.HasPrefix(name, prefix) {
+				continue
+			}
+			phases[p]++
+			if p == "Failed" {
+				logKubectl(t, c, "describe", kind, "-n", ns, name)
+				t.Fatalf("%s/%s failed", kind, name)
+			}
+			if _, ok := seen[name]; !ok && p == phase {
+				seen[name] = time.Since(t0)
+			}
+		}
+		return len(seen) == n, fmt.Sprintf("%d of %d; phases %v", len(seen), n, phases)
+	})
+	ds := make([]time.Duration, 0, n)
+	for _, d := range seen {
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// deleteAll deletes the test's pods and claims, records how long until
+// the n PersistentVolumes of the claims are gone, and checks that the
+// pool holds the zvols it held before the test (want), no more.
+func deleteAll(t *testing.T, c *cluster.Cluster, ns string, n int, want string) {
+	t.Helper()
+	t0 := time.Now()
+	deletePods(t, c, ns)
+	kubectl(t, c, "delete", "pvc", "-n", ns, "--all", "--wait=false")
+	poll(t, fmt.Sprintf("the %d PersistentVolumes of %s gone", n, ns), 30*time.Minute, 3*time.Second, func() (bool, string) {
+		out, err := c.Kubectl(context.Background(), nil, "get", "pv", "-o",
+			`jsonpath={range .items[?(@.spec.claimRef.namespace=="`+ns+`")]}{.metadata.name}{"\n"}{end}`)
+		left := strings.Fields(string(out))
+		return err == nil && len(left) == 0, fmt.Sprintf("%d left %v", len(left), err)
+	})
+	record(t, fmt.Sprintf("x%d: claims deleted → every PV gone", n), time.Since(t0))
+	poll(t, "the zvols of "+ns+" gone", 5*time.Minute, 3*time.Second, func() (bool, string) {
+		got, err := zvolList(context.Background())
+		return err == nil && got == want, fmt.Sprintf("zvols now %q, before the test %q (%v)", got, want, err)
+	})
+}
+
+// deletePods deletes every pod of ns and waits until they are gone. Many
+// pods with volumes to unmount take longer than one kubectl's bound, so
+// it polls instead of kubectl delete --wait.
+func deletePods(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	kubectl(t, c, "delete", "pods", "-n", ns, "--all", "--wait=false")
+	poll(t, "the pods of "+ns+" gone", 15*time.Minute, 3*time.Second, func() (bool, string) {
+		out, err := c.Kubectl(context.Background(), nil, "get", "pods", "-n", ns, "-o", "name")
+		left := strings.Fields(string(out))
+		return err == nil && len(left) == 0, fmt.Sprintf("%d left %v", len(left), err)
+	})
+}
+
+// reportPercentiles records the p50 and p99 of ds under what, and their
+// ratio to the same percentiles of base when base is given. With fewer
+// than 100 samples p99 is the largest sample.
+func reportPercentiles(t *testing.T, what string, ds, base []time.Duration) {
+	t.Helper()
+	if len(ds) == 0 {
+		t.Fatalf("%s: no samples", what)
+	}
+	p50, p99 := percentile(ds, 50), percentile(ds, 99)
+	record(t, what+" p50", p50)
+	record(t, what+" p99", p99)
+	if len(base) > 0 {
+		b50, b99 := percentile(base, 50), percentile(base, 99)
+		t.Logf("measured: %s: p50 %.2f× and p99 %.2f× the hostPath pod's", what, p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds())
+	}
+}
+
+// percentile is the nearest-rank percentile p of ds.
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := (p*len(s) + 99) / 100 // ceil(p/100 · n)
+	return s[max(rank, 1)-1]
+}
