@@ -1,0 +1,6 @@
+// Package docs holds the check of the repository's operator documentation:
+// links_test.go resolves every relative link and file reference in the
+// Markdown files operators read, so a renamed file or heading breaks
+// `go test` instead of a reader's trust. Nothing here is imported; the
+// package exists for its tests.
+package docs
