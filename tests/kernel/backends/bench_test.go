@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -45,19 +46,43 @@ func BenchmarkCreateDelete64(b *testing.B) {
 	})
 }
 
-// mutations records the commands that create or destroy a volume.
+// mutations records the commands that create or destroy a volume, and
+// counts and times every command the backend runs by its first two
+// words ("zfs list", "lvcreate"), so that the difference from the shell
+// loop can be read down to the tool call that makes it.
 type mutations struct {
 	command.Exec
-	mu   sync.Mutex
-	argv [][]string
+	mu    sync.Mutex
+	argv  [][]string
+	calls map[string]*callStat
+}
+
+// callStat is how often one kind of command ran and for how long.
+type callStat struct {
+	n    int
+	took time.Duration
 }
 
 func (m *mutations) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	start := time.Now()
 	out, err := m.Exec.Run(ctx, name, args...)
+	took := time.Since(start)
+	kind := name
+	if len(args) > 0 && (name == "zfs" || name == "zpool") {
+		kind += "_" + args[0]
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calls == nil {
+		m.calls = make(map[string]*callStat)
+	}
+	if m.calls[kind] == nil {
+		m.calls[kind] = &callStat{}
+	}
+	m.calls[kind].n++
+	m.calls[kind].took += took
 	if err == nil && len(args) > 0 && (args[0] == "create" || args[0] == "destroy" || args[0] == "lvcreate" || args[0] == "lvremove") {
-		m.mu.Lock()
 		m.argv = append(m.argv, append([]string{name}, args...))
-		m.mu.Unlock()
 	}
 	return out, err
 }
@@ -76,6 +101,7 @@ func benchCreateDelete(b *testing.B, newBackend func(command.Runner) (backends.B
 		b.Fatal(err)
 	}
 	var backendTime, shellTime time.Duration
+	calls := make(map[string]*callStat)
 	script := filepath.Join(b.TempDir(), "loop.sh")
 	rounds := 0
 	for ; b.Loop(); rounds++ {
@@ -102,6 +128,13 @@ func benchCreateDelete(b *testing.B, newBackend func(command.Runner) (backends.B
 			}
 		}
 		backendTime += time.Since(start)
+		for kind, c := range rec.calls {
+			if calls[kind] == nil {
+				calls[kind] = &callStat{}
+			}
+			calls[kind].n += c.n
+			calls[kind].took += c.took
+		}
 
 		if len(rec.argv) != 2*benchVolumes {
 			b.Fatalf("recorded %d create/destroy commands, want %d", len(rec.argv), 2*benchVolumes)
@@ -131,6 +164,17 @@ func benchCreateDelete(b *testing.B, newBackend func(command.Runner) (backends.B
 	b.ReportMetric(backendTime.Seconds()*1000/n, "backend-ms/vol")
 	b.ReportMetric(shellTime.Seconds()*1000/n, "shell-ms/vol")
 	b.ReportMetric(backendTime.Seconds()/shellTime.Seconds(), "backend/shell")
+	kinds := make([]string, 0, len(calls))
+	for kind := range calls {
+		kinds = append(kinds, kind)
+	}
+	sort.Strings(kinds)
+	for _, kind := range kinds {
+		c := calls[kind]
+		b.Logf("%s: %.2f calls/vol, %.1f ms/call, %.1f ms/vol", kind, float64(c.n)/n, c.took.Seconds()*1000/float64(c.n), c.took.Seconds()*1000/n)
+		b.ReportMetric(float64(c.n)/n, kind+"-calls/vol")
+		b.ReportMetric(c.took.Seconds()*1000/n, kind+"-ms/vol")
+	}
 }
 
 func shellQuote(s string) string {

@@ -182,7 +182,9 @@ func rawStagePublish(b *testing.B, v *volume, h host, staging, target string) fu
 // BenchmarkStagePublish measures NodeStageVolume+NodePublishVolume (ext4,
 // blank 64 MiB LV, through gRPC to a pillar-node child process) against
 // rawStagePublish on a twin LV in the same iteration, alternating which
-// goes first, and reports the ratio and the child's memory.
+// goes first, and the way back, NodeUnpublishVolume+NodeUnstageVolume
+// against rawStagePublish's teardown (two unmounts and a disconnect); it
+// reports both ratios and the child's memory.
 func BenchmarkStagePublish(b *testing.B) {
 	guest.RequireGuest(b)
 	vg := fixture.NewVG(b, fixture.VGOptions{Size: int64(b.N)*144*mib + 256*mib})
@@ -190,7 +192,7 @@ func BenchmarkStagePublish(b *testing.B) {
 	c := startChild(b, h)
 	idleRSS, _ := memory(b, c.pid)
 
-	var pillar, raw time.Duration
+	var pillar, raw, pillarDown, rawDown time.Duration
 	b.ResetTimer()
 	b.StopTimer()
 	for i := range b.N {
@@ -229,13 +231,28 @@ func BenchmarkStagePublish(b *testing.B) {
 			runRaw()
 			runPillar()
 		}
-		rawTeardown()
-		ctx := ctxT(b)
-		if _, err := c.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vp.ID, TargetPath: filepath.Join(dir, "p-target")}); err != nil {
-			b.Fatal(err)
+		downPillar := func() {
+			ctx := ctxT(b)
+			start := time.Now()
+			if _, err := c.Node.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vp.ID, TargetPath: filepath.Join(dir, "p-target")}); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.Node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vp.ID, StagingTargetPath: filepath.Join(dir, "p-staging")}); err != nil {
+				b.Fatal(err)
+			}
+			pillarDown += time.Since(start)
 		}
-		if _, err := c.Node.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vp.ID, StagingTargetPath: filepath.Join(dir, "p-staging")}); err != nil {
-			b.Fatal(err)
+		downRaw := func() {
+			start := time.Now()
+			rawTeardown()
+			rawDown += time.Since(start)
+		}
+		if i%2 == 0 {
+			downPillar()
+			downRaw()
+		} else {
+			downRaw()
+			downPillar()
 		}
 	}
 	rss, hwm := memory(b, c.pid)
@@ -244,6 +261,9 @@ func BenchmarkStagePublish(b *testing.B) {
 	b.ReportMetric(float64(pillar.Milliseconds())/n, "pillar-ms/op")
 	b.ReportMetric(float64(raw.Milliseconds())/n, "raw-ms/op")
 	b.ReportMetric(float64(pillar)/float64(raw), "pillar/raw")
+	b.ReportMetric(float64(pillarDown.Milliseconds())/n, "pillar-down-ms/op")
+	b.ReportMetric(float64(rawDown.Milliseconds())/n, "raw-down-ms/op")
+	b.ReportMetric(float64(pillarDown)/float64(rawDown), "down-pillar/raw")
 	b.ReportMetric(idleRSS, "idle-rss-KiB")
 	b.ReportMetric(rss, "rss-KiB")
 	b.ReportMetric(hwm, "peak-rss-KiB")
