@@ -48,7 +48,7 @@ func BenchmarkCreateDelete64(b *testing.B) {
 
 // mutations records the commands that create or destroy a volume, and
 // counts and times every command the backend runs by its first two
-// words ("zfs list", "lvcreate"), so that the difference from the shell
+// words ("zfs list", "lvm lvcreate"), so that the difference from the shell
 // loop can be read down to the tool call that makes it.
 type mutations struct {
 	command.Exec
@@ -68,7 +68,7 @@ func (m *mutations) Run(ctx context.Context, name string, args ...string) ([]byt
 	out, err := m.Exec.Run(ctx, name, args...)
 	took := time.Since(start)
 	kind := name
-	if len(args) > 0 && (name == "zfs" || name == "zpool") {
+	if len(args) > 0 && (name == "zfs" || name == "zpool" || name == "lvm") {
 		kind += "_" + args[0]
 	}
 	m.mu.Lock()
