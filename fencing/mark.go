@@ -115,6 +115,12 @@ func encodeMark(id string, m *Mark) ([]byte, error) {
 	if err := m.validate(); err != nil {
 		return nil, err
 	}
+	return appendMark(id, m), nil
+}
+
+// appendMark encodes m as volume id's mark file, unchecked: encodeMark
+// validates first.
+func appendMark(id string, m *Mark) []byte {
 	n := 4 + 1 + 1 + 8 + 1 + len(id) + 1 + len(m.UID) + 2 + 4
 	for _, e := range m.History {
 		n += 1 + len(e.UID) + 8
@@ -130,7 +136,7 @@ func encodeMark(id string, m *Mark) ([]byte, error) {
 		b = appendString8(b, e.UID)
 		b = binary.LittleEndian.AppendUint64(b, uint64(e.At.UnixNano()))
 	}
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 func appendString8(b []byte, s string) []byte {

@@ -3,7 +3,6 @@ package fencing
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -314,19 +313,7 @@ func TestResetMarkIntactHistory(t *testing.T) {
 }
 
 // rawMark encodes m as volume id's mark file without checking it.
-func rawMark(id string, m *Mark) []byte {
-	b := []byte(markMagic)
-	b = append(b, markVersion, byte(m.Phase))
-	b = binary.LittleEndian.AppendUint64(b, m.Generation)
-	b = appendString8(b, id)
-	b = appendString8(b, m.UID)
-	b = binary.LittleEndian.AppendUint16(b, uint16(len(m.History)))
-	for _, e := range m.History {
-		b = appendString8(b, e.UID)
-		b = binary.LittleEndian.AppendUint64(b, uint64(e.At.UnixNano()))
-	}
-	return withChecksum(b)
-}
+func rawMark(id string, m *Mark) []byte { return appendMark(id, m) }
 
 // TestResetLedger: a damaged ledger is replaced by its whole records, so
 // every intact one still refuses its lifecycle and the store opens again.
