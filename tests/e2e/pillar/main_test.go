@@ -73,6 +73,7 @@ func TestMain(m *testing.M) {
 			lab.c.Dump(os.Stdout)
 		}
 		fmt.Fprintf(os.Stdout, "pillar-e2e: guest memory in use at the end: %d MiB\n", cluster.MemUsedMiB())
+		cluster.WriteCPUTop(os.Stdout, 25)
 		t0 := time.Now()
 		if err := lab.c.Stop(); err != nil {
 			fmt.Fprintf(os.Stdout, "cluster: teardown: %v\n", err)
