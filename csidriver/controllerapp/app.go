@@ -315,8 +315,10 @@ type csiServer struct {
 }
 
 // csiProbeTimeout bounds the health checks' Probe call; the chart's
-// probes need timeoutSeconds above it.
-const csiProbeTimeout = 3 * time.Second
+// probes need timeoutSeconds above it (they allow 10 s). A Probe of the
+// process's own socket that takes seconds means a starved CPU, which a
+// restart does not cure.
+const csiProbeTimeout = 8 * time.Second
 
 func (c *csiServer) Start(ctx context.Context) error {
 	l, err := server.Listen(c.endpoint)

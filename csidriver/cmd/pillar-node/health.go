@@ -14,9 +14,9 @@ import (
 
 // Timeouts of the health endpoint. probeTimeout is shorter than the
 // server's write timeout, so a slow probe still gets its 503 written; the
-// chart's probes need timeoutSeconds above it.
+// chart's probes need timeoutSeconds above it (they allow 10 s).
 const (
-	probeTimeout      = 3 * time.Second
+	probeTimeout      = 8 * time.Second
 	readHeaderTimeout = 5 * time.Second
 	writeTimeout      = 10 * time.Second
 	idleTimeout       = 60 * time.Second
