@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of the CPU times in /proc: 100 on every
@@ -117,4 +119,42 @@ func cpuTotals(stat []byte) string {
 			sec(1)+sec(2), sec(3), sec(4), sec(5), sec(6)+sec(7), sec(8))
 	}
 	return "no cpu line in /proc/stat"
+}
+
+// WatchCPU writes, every interval until ctx ends, the n processes that
+// used the most CPU during that interval (processes started in it count
+// from their start). Cumulative figures hide a pod restarted ten times;
+// these show what saturated the guest while it was slow.
+func WatchCPU(ctx context.Context, w io.Writer, every time.Duration, n int) {
+	prev := map[int]float64{}
+	for _, p := range ProcessCPU() {
+		prev[p.PID] = p.Seconds
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := ProcessCPU()
+		var total float64
+		for i := range now {
+			d := now[i].Seconds - prev[now[i].PID]
+			prev[now[i].PID] = now[i].Seconds
+			now[i].Seconds = d
+			total += d
+		}
+		sort.Slice(now, func(i, j int) bool { return now[i].Seconds > now[j].Seconds })
+		if len(now) > n {
+			now = now[:n]
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "guest CPU in the last %v (uptime %.0fs): %.0f s used by processes\n", every, Uptime().Seconds(), total)
+		for _, p := range now {
+			fmt.Fprintf(&b, "  %7.1f  %7d  %s\n", p.Seconds, p.PID, p.Comm)
+		}
+		io.WriteString(w, b.String())
+	}
 }

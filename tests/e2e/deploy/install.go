@@ -44,8 +44,9 @@ func imageRef(root, name string) (repo, tag string, err error) {
 
 // labValues are the chart values the lab adds to the quickstart's, and
 // only those: the images make images built (no registry: pullPolicy
-// Never). Everything else is the quickstart's or the chart's default,
-// which is what the install proves.
+// Never), and leader-election deadlines long enough for an API server
+// under emulation. Everything else is the quickstart's or the chart's
+// default, which is what the install proves.
 func labValues(root string) (string, error) {
 	img := map[string]string{}
 	for _, n := range []string{"pillar-controller", "pillar-agent", "pillar-node", "csi-provisioner", "csi-attacher", "csi-resizer"} {
@@ -57,6 +58,10 @@ func labValues(root string) (string, error) {
 	}
 	return fmt.Sprintf(`controller:
   image: %s
+  # The lab's TCG guest answers API requests in seconds when it is busy;
+  # with the chart's 10 s renew deadline the leaders lost their Leases,
+  # exited and restarted in a loop.
+  leaderElection: {leaseDuration: 60s, renewDeadline: 45s, retryPeriod: 10s}
   provisioner: {image: %s}
   attacher: {image: %s}
   resizer: {image: %s}

@@ -58,6 +58,8 @@ func TestMain(m *testing.M) {
 			if lab.err == nil {
 				fmt.Fprintf(os.Stdout, "pillar-e2e: cluster started in %.1fs (guest uptime %.1fs), %d MiB used\n",
 					time.Since(t0).Seconds(), cluster.Uptime().Seconds(), cluster.MemUsedMiB())
+				cluster.WriteCPUTop(os.Stdout, 12)
+				go cluster.WatchCPU(context.Background(), os.Stdout, 5*time.Minute, 8)
 			}
 		}
 		// In a two-guest run the pools are the peer's own.
@@ -110,6 +112,7 @@ func setup(t *testing.T) *cluster.Cluster {
 func installOnce(c *cluster.Cluster) {
 	lab.installOnce.Do(func() {
 		lab.installErr = deploy.Install(context.Background(), c, lab.root, os.Stdout)
+		cluster.WriteCPUTop(os.Stdout, 12)
 	})
 }
 
