@@ -210,26 +210,14 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	c.mark("certificates written")
-	tars, err := c.startContainerd(ctx)
-	if err != nil {
+	if err := c.startContainerd(ctx); err != nil {
 		return err
 	}
-	c.mark("containerd up")
-	// The images are imported while the control plane starts (it runs
-	// no container): each takes one to two minutes of a TCG guest.
-	imported := make(chan error, 1)
-	go func() { imported <- c.importImages(ctx, tars) }()
-	err = c.startControlPlane(ctx)
-	if err == nil {
-		c.mark("API server ready")
-	}
-	if ierr := <-imported; err == nil {
-		err = ierr
-	}
-	if err != nil {
+	c.mark("containerd up, images imported")
+	if err := c.startControlPlane(ctx); err != nil {
 		return err
 	}
-	c.mark("images imported")
+	c.mark("API server ready")
 	if err := c.startNode(ctx); err != nil {
 		return err
 	}
@@ -340,11 +328,11 @@ func (c *Cluster) writePKI() error {
 }
 
 // startContainerd writes containerd's and CNI's configuration, starts
-// containerd and returns the image tarballs for importImages.
-func (c *Cluster) startContainerd(ctx context.Context) ([]string, error) {
+// containerd and imports every image.
+func (c *Cluster) startContainerd(ctx context.Context) error {
 	tars, err := imageTars(c.opts.ImageDir)
 	if err != nil {
-		return nil, fmt.Errorf("images: %w", err)
+		return fmt.Errorf("images: %w", err)
 	}
 	if len(c.opts.Images) > 0 {
 		var keep []string
@@ -357,7 +345,7 @@ func (c *Cluster) startContainerd(ctx context.Context) ([]string, error) {
 			}
 			t := filepath.Join(c.opts.ImageDir, name+".tar")
 			if !slices.Contains(tars, t) {
-				return nil, fmt.Errorf("images: %s is missing (make images)", t)
+				return fmt.Errorf("images: %s is missing (make images)", t)
 			}
 			keep = append(keep, t)
 		}
@@ -365,23 +353,23 @@ func (c *Cluster) startContainerd(ctx context.Context) ([]string, error) {
 	}
 	imgDir := c.dir("images")
 	if err := os.MkdirAll(imgDir, 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	applets, err := busyboxApplets(ctx, hostBusybox)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.busyboxApplets = applets
 	bb := filepath.Join(imgDir, "busybox.tar")
 	if err := writeBusyboxImage(bb, hostBusybox, applets, []string{BusyboxImage}, []string{"/bin/sh"}); err != nil {
-		return nil, err
+		return err
 	}
 	tars = append(tars, bb)
 	pause := filepath.Join(c.opts.ImageDir, "pause.tar")
 	if _, err := os.Stat(pause); err == nil {
 		refs, err := imageRefs(pause)
 		if err != nil {
-			return nil, fmt.Errorf("pause image: %w", err)
+			return fmt.Errorf("pause image: %w", err)
 		}
 		c.PauseImage = refs[0]
 	} else {
@@ -389,7 +377,7 @@ func (c *Cluster) startContainerd(ctx context.Context) ([]string, error) {
 		pause = filepath.Join(imgDir, "pause.tar")
 		if err := writeBusyboxImage(pause, hostBusybox, applets, []string{fallbackPauseImage},
 			[]string{"/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait; done"}); err != nil {
-			return nil, err
+			return err
 		}
 		c.PauseImage = fallbackPauseImage
 		tars = append(tars, pause)
@@ -397,30 +385,25 @@ func (c *Cluster) startContainerd(ctx context.Context) ([]string, error) {
 
 	cniDir := c.dir("cni")
 	if err := os.MkdirAll(cniDir, 0o755); err != nil {
-		return nil, err
+		return err
 	}
 	if err := os.WriteFile(filepath.Join(cniDir, "10-pillar-lab.conflist"), []byte(cniConfig(c.net.podCIDR)), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	cfg := c.dir("containerd.toml")
 	if err := os.WriteFile(cfg, []byte(containerdConfig(c.PauseImage, cniDir)), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := c.startDaemon("containerd", "containerd", "--config", cfg); err != nil {
-		return nil, err
+		return err
 	}
 	if err := c.waitFor(ctx, "containerd", 2*time.Minute, func(ctx context.Context) error {
 		_, err := run(ctx, 20*time.Second, nil, "ctr", "version")
 		return err
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	c.onStop("remove the containers", func() error { return c.removeContainers() })
-	return tars, nil
-}
-
-// importImages imports the image tarballs one after another.
-func (c *Cluster) importImages(ctx context.Context, tars []string) error {
 	for _, t := range tars {
 		if err := c.importImage(ctx, t); err != nil {
 			return err

@@ -188,11 +188,7 @@ func (c *Cluster) join(ctx context.Context) error {
 		}
 		c.mark("node's own boot steps done")
 	}
-	tars, err := c.startContainerd(ctx)
-	if err != nil {
-		return err
-	}
-	if err := c.importImages(ctx, tars); err != nil {
+	if err := c.startContainerd(ctx); err != nil {
 		return err
 	}
 	c.mark("containerd up, images imported")
