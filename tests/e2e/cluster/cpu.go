@@ -34,15 +34,21 @@ func WriteCPUTop(w io.Writer, n int) {
 	if stat, err := os.ReadFile("/proc/stat"); err == nil {
 		fmt.Fprintf(w, "guest CPU time: %s\n", cpuTotals(stat))
 	}
-	procs := ProcessCPU()
+	fmt.Fprintf(w, "processes by CPU time used (user+system, seconds):\n%s", top(ProcessCPU(), n))
+}
+
+// top formats the n processes of procs with the most CPU seconds, one per
+// line, most first.
+func top(procs []ProcCPU, n int) string {
 	sort.Slice(procs, func(i, j int) bool { return procs[i].Seconds > procs[j].Seconds })
 	if len(procs) > n {
 		procs = procs[:n]
 	}
-	fmt.Fprintf(w, "processes by CPU time used (user+system, seconds):\n")
+	var b strings.Builder
 	for _, p := range procs {
-		fmt.Fprintf(w, "  %9.1f  %7d  %s\n", p.Seconds, p.PID, p.Comm)
+		fmt.Fprintf(&b, "  %9.1f  %7d  %s\n", p.Seconds, p.PID, p.Comm)
 	}
+	return b.String()
 }
 
 // ProcessCPU reads the CPU time of every process in /proc. Processes that
@@ -138,23 +144,17 @@ func WatchCPU(ctx context.Context, w io.Writer, every time.Duration, n int) {
 			return
 		case <-t.C:
 		}
-		now := ProcessCPU()
+		// Only the live processes are kept: a PID reused by a new
+		// process must not inherit the old one's seconds.
+		now, seen := ProcessCPU(), make(map[int]float64)
 		var total float64
 		for i := range now {
-			d := now[i].Seconds - prev[now[i].PID]
-			prev[now[i].PID] = now[i].Seconds
-			now[i].Seconds = d
-			total += d
+			seen[now[i].PID] = now[i].Seconds
+			now[i].Seconds -= prev[now[i].PID]
+			total += now[i].Seconds
 		}
-		sort.Slice(now, func(i, j int) bool { return now[i].Seconds > now[j].Seconds })
-		if len(now) > n {
-			now = now[:n]
-		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "guest CPU in the last %v (uptime %.0fs): %.0f s used by processes\n", every, Uptime().Seconds(), total)
-		for _, p := range now {
-			fmt.Fprintf(&b, "  %7.1f  %7d  %s\n", p.Seconds, p.PID, p.Comm)
-		}
-		io.WriteString(w, b.String())
+		prev = seen
+		fmt.Fprintf(w, "guest CPU in the last %v (uptime %.0fs): %.0f s used by processes\n%s",
+			every, Uptime().Seconds(), total, top(now, n))
 	}
 }

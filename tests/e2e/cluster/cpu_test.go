@@ -33,3 +33,11 @@ func TestCPUTotals(t *testing.T) {
 		t.Fatalf("cpuTotals without a cpu line = %q", got)
 	}
 }
+
+func TestTop(t *testing.T) {
+	got := top([]ProcCPU{{1, "a", 1}, {2, "b", 3}, {3, "c", 2}}, 2)
+	want := "        3.0        2  b\n        2.0        3  c\n"
+	if got != want {
+		t.Fatalf("top = %q, want %q", got, want)
+	}
+}
