@@ -22,6 +22,15 @@ type Runner interface {
 	Run(ctx context.Context, name string, args ...string) ([]byte, error)
 }
 
+// InputRunner is a Runner that can also give a command data on its standard
+// input, such as the script of a ZFS channel program.
+type InputRunner interface {
+	Runner
+	// RunInput runs name with args as Run does, with input on its standard
+	// input; nil input is the same as Run.
+	RunInput(ctx context.Context, input []byte, name string, args ...string) ([]byte, error)
+}
+
 // DefaultTimeout bounds a command when Exec.Timeout is zero. Storage
 // commands normally take well under a second; ZFS waits for transaction
 // groups to sync and LVM for its locks, which on a loaded node can take
@@ -56,6 +65,12 @@ var rootPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/
 
 // Run runs name with args; see the package documentation.
 func (e Exec) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return e.RunInput(ctx, nil, name, args...)
+}
+
+// RunInput implements InputRunner: input, when not nil, is the command's
+// standard input instead of /dev/null.
+func (e Exec) RunInput(ctx context.Context, input []byte, name string, args ...string) ([]byte, error) {
 	timeout := e.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -81,6 +96,9 @@ func (e Exec) Run(ctx context.Context, name string, args ...string) ([]byte, err
 		}
 	}
 	cmd.WaitDelay = killGrace
+	if input != nil {
+		cmd.Stdin = bytes.NewReader(input)
+	}
 	var stdout bytes.Buffer
 	stderr := &limitedBuffer{max: MaxStderr}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
@@ -170,3 +188,5 @@ func (b *limitedBuffer) String() string {
 	}
 	return b.buf.String()
 }
+
+var _ InputRunner = Exec{}

@@ -135,3 +135,18 @@ func processState(pid int) (string, bool) {
 	}
 	return f[0], true
 }
+
+func TestExecInput(t *testing.T) {
+	out, err := command.Exec{}.RunInput(context.Background(), []byte("line one\nline two\n"), "wc", "-l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(out)) != "2" {
+		t.Fatalf("wc -l of two lines on standard input printed %q", out)
+	}
+	// Without input, standard input is /dev/null: cat ends at once.
+	out, err = command.Exec{}.RunInput(context.Background(), nil, "cat")
+	if err != nil || len(out) != 0 {
+		t.Fatalf("cat without input: %q, %v; want no output", out, err)
+	}
+}

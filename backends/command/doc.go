@@ -7,7 +7,7 @@
 //   - LC_ALL=C, because the backends classify failures by the tools' English
 //     messages and parse numbers that a locale could reformat;
 //   - standard input from /dev/null, so that a tool that would prompt reads
-//     end-of-file instead of hanging;
+//     end-of-file instead of hanging, or the caller's data (RunInput);
 //   - its own process group, killed whole with SIGKILL when the context is
 //     cancelled or times out. Tools fork helpers (lvm runs thin_check and
 //     blkid, zfs may run mount); killing only the direct child leaves those
@@ -33,5 +33,6 @@
 //     metadata is written by one LVM build with one configuration.
 //
 // Runner is the interface the backends take, so that a caller can wrap the
-// tools and tests can replay captured output.
+// tools and tests can replay captured output; InputRunner adds standard
+// input, for the backends that pass a tool a script.
 package command

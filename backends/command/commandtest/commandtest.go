@@ -3,8 +3,9 @@
 // output captured from the real tools in the kernel lab.
 //
 // A capture is a text file: free text (how and where it was captured),
-// then the sections "-- argv --" (one argument per line), "-- exit --",
-// "-- stdout --" and "-- stderr --". The kernel suites of the tests module
+// then the sections "-- argv --" (one argument per line), "-- stdin --"
+// (only for a command given standard input), "-- exit --", "-- stdout --"
+// and "-- stderr --". The kernel suites of the tests module
 // write them (tests/kernel/backends, flag -backends.capture).
 package commandtest
 
@@ -25,6 +26,7 @@ import (
 // Step is one expected command and its answer.
 type Step struct {
 	Argv     []string // name and arguments
+	Stdin    string   // standard input; "" for none
 	ExitCode int
 	Stdout   string
 	Stderr   string
@@ -110,8 +112,8 @@ func Parse(text string) (Step, error) {
 			sections[cur] += line
 		}
 	}
-	if want := []string{"argv", "exit", "stdout", "stderr"}; !slices.Equal(seen, want) {
-		return Step{}, fmt.Errorf("sections %q, want %q", seen, want)
+	if want, withStdin := []string{"argv", "exit", "stdout", "stderr"}, []string{"argv", "stdin", "exit", "stdout", "stderr"}; !slices.Equal(seen, want) && !slices.Equal(seen, withStdin) {
+		return Step{}, fmt.Errorf("sections %q, want %q or %q", seen, want, withStdin)
 	}
 	code, err := strconv.Atoi(strings.TrimSpace(sections["exit"]))
 	if err != nil {
@@ -119,6 +121,7 @@ func Parse(text string) (Step, error) {
 	}
 	return Step{
 		Argv:     strings.Split(strings.TrimSuffix(sections["argv"], "\n"), "\n"),
+		Stdin:    sections["stdin"],
 		ExitCode: code,
 		Stdout:   sections["stdout"],
 		Stderr:   sections["stderr"],
@@ -140,6 +143,9 @@ func Format(comment string, s Step) string {
 		}
 	}
 	section("argv", strings.Join(s.Argv, "\n"))
+	if s.Stdin != "" {
+		section("stdin", s.Stdin)
+	}
 	section("exit", strconv.Itoa(s.ExitCode))
 	section("stdout", s.Stdout)
 	section("stderr", s.Stderr)
@@ -148,6 +154,13 @@ func Format(comment string, s Step) string {
 
 // Run implements command.Runner.
 func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	r.t.Helper()
+	return r.RunInput(ctx, nil, name, args...)
+}
+
+// RunInput implements command.InputRunner: the input must be the step's
+// standard input.
+func (r *Runner) RunInput(ctx context.Context, input []byte, name string, args ...string) ([]byte, error) {
 	r.t.Helper()
 	argv := append([]string{name}, args...)
 	r.mu.Lock()
@@ -163,6 +176,10 @@ func (r *Runner) Run(ctx context.Context, name string, args ...string) ([]byte, 
 	if !slices.Equal(argv, s.Argv) {
 		r.t.Errorf("command\n\t%q\nwant (%s)\n\t%q", argv, s.Source, s.Argv)
 		return nil, fmt.Errorf("commandtest: unexpected command %q", argv)
+	}
+	if string(input) != s.Stdin {
+		r.t.Errorf("command %q: standard input\n%s\nwant (%s)\n%s", argv, input, s.Source, s.Stdin)
+		return nil, fmt.Errorf("commandtest: unexpected standard input for %q", argv)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, &command.Error{Cmd: argv, ExitCode: -1, Err: err}

@@ -15,6 +15,7 @@ func TestFormatParse(t *testing.T) {
 		{Argv: []string{"lvm", "lvs", "--config", "activation { udev_sync=0 }", "vg0"}, Stdout: "  {\n  }\n"},
 		{Argv: []string{"zfs", "destroy", "tank/x"}, ExitCode: 1, Stderr: "cannot destroy 'tank/x': dataset is busy\n"},
 		{Argv: []string{"true"}},
+		{Argv: []string{"zfs", "program", "-j", "tank", "-"}, Stdin: "return 1\n", Stdout: "{\"return\": 1}\n"},
 		// Output that looks like a section marker stays output.
 		{Argv: []string{"sh"}, Stdout: "-- not a section\n"},
 	} {
@@ -49,3 +50,27 @@ func TestRunnerAnswers(t *testing.T) {
 		t.Fatalf("%d calls recorded, want 2", got)
 	}
 }
+
+func TestRunnerChecksInput(t *testing.T) {
+	r := commandtest.New(t, commandtest.Step{Argv: []string{"zfs", "program", "tank", "-"}, Stdin: "return 1\n", Stdout: "ok\n"})
+	out, err := r.RunInput(context.Background(), []byte("return 1\n"), "zfs", "program", "tank", "-")
+	if err != nil || string(out) != "ok\n" {
+		t.Fatalf("RunInput = %q, %v", out, err)
+	}
+	// A step with standard input does not match a run without it.
+	ft := &fakeT{TB: t}
+	r = commandtest.New(ft, commandtest.Step{Argv: []string{"zfs", "program", "tank", "-"}, Stdin: "return 1\n"})
+	if _, err := r.Run(context.Background(), "zfs", "program", "tank", "-"); err == nil || ft.errors == 0 {
+		t.Fatalf("Run without the step's standard input: err %v, %d test errors; want both", err, ft.errors)
+	}
+}
+
+// fakeT counts Errorf calls instead of failing the test.
+type fakeT struct {
+	testing.TB
+	errors int
+}
+
+func (f *fakeT) Helper()               {}
+func (f *fakeT) Errorf(string, ...any) { f.errors++ }
+func (f *fakeT) Cleanup(func())        {}
