@@ -52,6 +52,11 @@
 // that would take available below zero fails with ErrNoSpace, so that
 // GetCapacity and provisioning agree.
 //
+// The ZFS backend admits sparse creates against a listing of the pool at
+// most zfs.AdmissionMaxAge old, less what it admitted since, because a
+// listing costs as much as the create; the LVM backend lists on every
+// thin create.
+//
 // Allowed dependencies: the Go standard library and golang.org/x/sys. No
 // Kubernetes and no gRPC: callers map backend errors to their own protocol.
 package backends

@@ -114,7 +114,7 @@ type backendFactory func(storeSpec) (backends.Backend, error)
 
 // realBackends builds ZFS and LVM backends that run their tools with
 // runner; LVM never scans the devices reject matches.
-func realBackends(runner command.Runner, reject []string) backendFactory {
+func realBackends(runner command.InputRunner, reject []string) backendFactory {
 	return func(s storeSpec) (backends.Backend, error) {
 		if s.kind == kindZFS {
 			return zfs.New(zfs.Config{Pool: s.pool, ParentDataset: s.parentDataset, Sparse: s.sparse,

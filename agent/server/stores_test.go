@@ -35,6 +35,11 @@ func (r *poolRunner) Run(_ context.Context, name string, args ...string) ([]byte
 	return nil, fmt.Errorf("not run: %s", name)
 }
 
+// RunInput answers as Run: no LVM command takes standard input.
+func (r *poolRunner) RunInput(ctx context.Context, _ []byte, name string, args ...string) ([]byte, error) {
+	return r.Run(ctx, name, args...)
+}
+
 // TestUnzeroedThinPool: the PillarStore's opt-out reaches the LVM backend,
 // and a refused thin pool is FAILED_PRECONDITION with a StoreRefusal
 // detail and a message that says what to do, from GetCapacity and from

@@ -36,6 +36,11 @@
 //     and refuses to shrink ("not larger than existing size"); the backend
 //     compares sizes first.
 //   - lvremove of an open LV fails with "in use" (exit 5): ErrBusy.
+//   - Delete is one lvremove that selects the LV by name and by the
+//     volume's tag (--select 'lv_name="N" && lv_tags={"T"}') under the volume
+//     group's lock, and says "successfully removed" for it. Nothing
+//     selected is not an error; Delete then lists the LV to tell a volume
+//     already gone (success) from an LV that is not ours (ErrConflict).
 //   - A missing VG ("Volume group "x" not found") and a missing LV
 //     ("Failed to find logical volume") are told apart by the message;
 //     both exit with status 5, which LVM uses for most failures.

@@ -237,19 +237,30 @@ func (b *Backend) Delete(ctx context.Context, id string) error {
 }
 
 func (b *Backend) delete(ctx context.Context, id string) error {
-	l, err := b.get(ctx, id)
-	if backends.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if err := backends.ValidateVolumeID(id); err != nil {
 		return err
 	}
-	_, err = b.lvm(ctx, "lvremove", "--yes", b.vg+"/"+l.name)
+	name := LVName(b.vg, id)
+	// One command: lvremove takes the volume group's lock, then selects
+	// the LV only if it carries the volume's tag, so an LV of that name
+	// that is not ours is never removed, and nothing can replace it
+	// between the check and the removal.
+	out, err := b.lvm(ctx, "lvremove", "--yes", "--select", `lv_name="`+name+`" && lv_tags={"`+TagPrefix+id+`"}`, b.vg)
 	switch {
-	case err == nil, errs.StderrContains(err, "Failed to find logical volume"):
+	case err == nil && strings.Contains(string(out), `Logical volume "`+name+`" successfully removed`):
 		return nil
+	case err == nil:
+		// Nothing selected: the LV is gone, or it is not ours.
+		_, err := b.get(ctx, id)
+		switch {
+		case backends.IsNotFound(err):
+			return nil
+		case err != nil:
+			return err
+		}
+		return fmt.Errorf("lvremove selected nothing, yet %s/%s carries the volume's tag: %q", b.vg, name, out)
 	case errs.StderrContains(err, " in use", "open logical volume"):
-		return errs.New(backends.ErrBusy, err, "%s/%s is open", b.vg, l.name)
+		return errs.New(backends.ErrBusy, err, "%s/%s is open", b.vg, name)
 	}
 	return classify(err)
 }

@@ -1,11 +1,14 @@
 package lvm_test
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/command/commandtest"
 	"github.com/pillar-csi/pillar-csi/backends/internal/replaytest"
 	"github.com/pillar-csi/pillar-csi/backends/lvm"
 )
@@ -22,7 +25,7 @@ const (
 )
 
 func newBackend(thinPool string, node func(string, int64, int64) error) replaytest.NewBackend {
-	return func(t *testing.T, missing bool, r command.Runner) backends.Backend {
+	return func(t *testing.T, missing bool, r command.InputRunner) backends.Backend {
 		vg := "vg0"
 		if missing {
 			vg = "pillarnovg"
@@ -153,4 +156,37 @@ func TestDeviceReplay(t *testing.T) {
 		// The node was removed: the first check fails, vgmknodes makes it.
 		{Label: "device-path-lost-node", Setup: setNode(lost), Call: replaytest.DevicePath("pvc-node"), Want: node},
 	})
+}
+
+// TestThinCreatesListEveryTime: every thin create lists the volume group
+// afresh, because the same listing says whether the pool zeroes new
+// chunks, which an operator can change at any moment (lvchange --zero n);
+// unlike ZFS's sparse admission, it is never taken from an earlier
+// listing.
+func TestThinCreatesListEveryTime(t *testing.T) {
+	// The listing of an empty thin pool of 256 MiB with 4 MiB extents.
+	listing := commandtest.Load(t, "testdata/lvm-thin/create.1.txt")
+	unzeroed := listing
+	unzeroed.Stdout = strings.Replace(listing.Stdout, `"twi-a-tz--"`, `"twi-a-t---"`, 1)
+	create := commandtest.Load(t, "testdata/lvm-thin/create.2.txt")
+	createOf := func(vol string) commandtest.Step {
+		return create.WithArgs(map[string]string{id: vol, lvm.TagPrefix + id: lvm.TagPrefix + vol})
+	}
+	r := commandtest.New(t, listing, createOf("a"), unzeroed, listing, createOf("c"))
+	b, err := lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thinpool", Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id  string
+		err error
+	}{
+		{"a", nil},
+		{"b", backends.ErrThinPoolNotZeroing},
+		{"c", nil},
+	} {
+		if _, err := b.Create(context.Background(), c.id, 16<<20); !errors.Is(err, c.err) {
+			t.Fatalf("Create %s: %v, want %v", c.id, err, c.err)
+		}
+	}
 }

@@ -47,8 +47,9 @@ type Config struct {
 	// OvercommitRatio is the ratio of the overcommit rule for sparse
 	// zvols (package backends); 0 means 1. It must be 1 or more.
 	OvercommitRatio float64
-	// Runner runs zfs and zpool; command.Exec{} if nil.
-	Runner command.Runner
+	// Runner runs zfs and zpool; command.Exec{} if nil. Delete gives zfs
+	// program its script on standard input.
+	Runner command.InputRunner
 	// DeviceTimeout bounds DevicePath's wait for a device node;
 	// DefaultDeviceTimeout if zero.
 	DeviceTimeout time.Duration

@@ -32,6 +32,21 @@
 //     exit status 2.
 //   - A missing pool and a missing dataset give the same "dataset does not
 //     exist" from zfs list; the backend asks zpool whether the pool exists
-//     before it reports a volume as missing, so that Delete never succeeds
-//     against a pool that is merely not imported.
+//     before it reports a volume as missing.
+//   - Delete is one command: the channel program destroy.lua, given to
+//     zfs program on standard input, checks that the dataset is a volume
+//     whose OwnerProperty names the volume and has no snapshots, and
+//     destroys it, in one sync task of the pool, so nothing can replace
+//     the zvol between the check and the destroy. The destroy's sync task
+//     removes the zvol's device node as zfs destroy does. An open zvol
+//     fails with EBUSY, which Delete retries for a few seconds (a new or
+//     resized zvol is held open briefly by the kernel). zfs program
+//     cannot open a pool that is not imported, so Delete never succeeds
+//     against one.
+//   - A sparse create or expansion is admitted against a zfs list of every
+//     dataset of the pool at most AdmissionMaxAge old, less what the
+//     backend admitted since; such a listing costs about as much as the
+//     zfs create it admits. (The LVM backend lists on every thin create:
+//     its listing also says whether the pool zeroes new chunks, which must
+//     never be stale.)
 package zfs

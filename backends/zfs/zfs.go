@@ -2,11 +2,14 @@ package zfs
 
 import (
 	"context"
+	_ "embed"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
@@ -27,7 +30,7 @@ type Backend struct {
 	// repeats a destroy that found the zvol busy.
 	busyRetries   int
 	busyDelay     time.Duration
-	run           command.Runner
+	run           command.InputRunner
 	deviceTimeout time.Duration
 	// zvolDevices returns the /dev/zdN node of every zvol that has one,
 	// by dataset name.
@@ -37,6 +40,9 @@ type Backend struct {
 	// creates and expansions, so that two of them cannot both fit into the
 	// same available space. Thick volumes are admitted by ZFS itself.
 	admit sync.Mutex
+	// figure is what sparse creates and expansions are admitted against
+	// between capacity listings; guarded by admit.
+	figure admission
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -89,17 +95,17 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	if b.sparse {
 		b.admit.Lock()
 		defer b.admit.Unlock()
-		c, err := b.capacity(ctx)
+		avail, err := b.available(ctx, size)
 		if err != nil {
 			return nil, err
 		}
-		if size > c.AvailableBytes {
+		if size > avail {
 			// A retried Create of a volume that exists already is
 			// promised within the figure it is being compared to.
 			if v, err := b.existing(ctx, id, size); err == nil || !backends.IsNotFound(err) {
 				return v, err
 			}
-			return nil, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available under overcommit ratio %g", size, c.AvailableBytes, b.ratio)
+			return nil, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available under overcommit ratio %g", size, avail, b.ratio)
 		}
 	}
 	args := []string{"create"}
@@ -119,6 +125,9 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	}
 	switch {
 	case err == nil:
+		if b.sparse {
+			b.figure.take(size)
+		}
 		return &backends.Volume{ID: id, Name: name, SizeBytes: size, Thin: b.sparse}, nil
 	case errs.StderrContains(err, "dataset already exists"):
 		return b.existing(ctx, id, size)
@@ -204,35 +213,66 @@ func (b *Backend) Delete(ctx context.Context, id string) error {
 }
 
 func (b *Backend) delete(ctx context.Context, id string) error {
-	z, err := b.get(ctx, id)
-	if backends.IsNotFound(err) {
-		return nil
-	}
+	name, err := b.checkID(id)
 	if err != nil {
 		return err
 	}
-	_, err = b.zfs(ctx, "destroy", z.name)
+	outcome, detail, err := b.destroy(ctx, name, id)
 	// A zvol is briefly held open by the kernel right after it was
 	// created or resized (its minor is set up or revalidated
-	// asynchronously), and destroy then says "dataset is busy": a delete
+	// asynchronously), and the destroy then fails with EBUSY: a delete
 	// that follows at once would fail although nobody uses the volume.
-	for i := 0; i < b.busyRetries && errs.StderrContains(err, "dataset is busy"); i++ {
+	for i := 0; i < b.busyRetries && err == nil && outcome == "failed" && detail == strconv.Itoa(int(syscall.EBUSY)); i++ {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(b.busyDelay):
 		}
-		_, err = b.zfs(ctx, "destroy", z.name)
+		outcome, detail, err = b.destroy(ctx, name, id)
 	}
-	switch {
-	case err == nil, errs.StderrContains(err, "dataset does not exist"):
+	if err != nil {
+		return err
+	}
+	switch outcome {
+	case "destroyed", "absent":
 		return nil
-	case errs.StderrContains(err, "dataset is busy"):
-		return errs.New(backends.ErrBusy, err, "%s is open", z.name)
-	case errs.StderrContains(err, "has children", "has dependent clones"):
-		return errs.New(backends.ErrBusy, err, "%s has snapshots or clones", z.name)
+	case "other":
+		return errs.New(backends.ErrConflict, nil, "%s exists and is not a volume (%s)", name, detail)
+	case "foreign":
+		return errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%q)", name, id, OwnerProperty, detail)
+	case "snapshots":
+		return errs.New(backends.ErrBusy, nil, "%s has snapshots or clones", name)
+	case "failed":
+		if n, perr := strconv.Atoi(detail); perr == nil {
+			if syscall.Errno(n) == syscall.EBUSY {
+				return errs.New(backends.ErrBusy, nil, "%s is open", name)
+			}
+			return fmt.Errorf("destroying %s: %w", name, syscall.Errno(n))
+		}
 	}
-	return classify(err)
+	return fmt.Errorf("zfs program (destroy %s): unexpected result %q", name, outcome+"\t"+detail)
+}
+
+//go:embed destroy.lua
+var destroyProgram []byte
+
+// destroy runs the channel program destroy.lua, which checks that name is
+// a zvol owned by id and destroys it, atomically and in one zfs command
+// (instead of a zfs list, then a zfs destroy that could meet another
+// dataset by then). It returns the program's outcome and its detail.
+func (b *Backend) destroy(ctx context.Context, name, id string) (outcome, detail string, err error) {
+	out, err := b.run.RunInput(ctx, destroyProgram, "zfs", "program", "-j", b.pool, "-", name, OwnerProperty, id)
+	if err != nil {
+		return "", "", classify(err)
+	}
+	var r struct {
+		Return string `json:"return"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		return "", "", fmt.Errorf("zfs program (destroy %s): unexpected output %q", name, out)
+	}
+	outcome, detail, _ = strings.Cut(r.Return, "\t")
+	return outcome, detail, nil
 }
 
 // Expand implements backends.Backend.
@@ -263,19 +303,23 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 		return z.volume(), nil
 	}
 	v := z.volume()
+	grow := size - z.volSize
 	if v.Thin {
 		b.admit.Lock()
 		defer b.admit.Unlock()
-		c, err := b.capacity(ctx)
+		avail, err := b.available(ctx, grow)
 		if err != nil {
 			return nil, err
 		}
-		if grow := size - z.volSize; grow > c.AvailableBytes {
-			return nil, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available under overcommit ratio %g", grow, c.AvailableBytes, b.ratio)
+		if grow > avail {
+			return nil, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available under overcommit ratio %g", grow, avail, b.ratio)
 		}
 	}
 	if _, err := b.zfs(ctx, "set", "volsize="+strconv.FormatInt(size, 10), z.name); err != nil {
 		return nil, classify(err)
+	}
+	if v.Thin {
+		b.figure.take(grow)
 	}
 	v.SizeBytes = size
 	return v, nil
@@ -328,6 +372,22 @@ func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
 func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
 	c, err := b.capacity(ctx)
 	return c, errs.Wrap("capacity", b.parent, "", err)
+}
+
+// available returns the bytes that may still be promised to sparse zvols
+// for a request of need bytes: the admission figure when it admits need,
+// else a fresh listing's (see AdmissionMaxAge). The caller holds b.admit.
+func (b *Backend) available(ctx context.Context, need int64) (int64, error) {
+	if b.figure.admits(need) {
+		return b.figure.available, nil
+	}
+	c, err := b.capacity(ctx)
+	if err != nil {
+		b.figure.forget()
+		return 0, err
+	}
+	b.figure.record(c.AvailableBytes)
+	return c.AvailableBytes, nil
 }
 
 // capacity lists every filesystem and volume of the pool: the parent

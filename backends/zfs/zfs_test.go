@@ -2,7 +2,10 @@ package zfs_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +29,7 @@ const (
 )
 
 func newBackend(sparse bool) replaytest.NewBackend {
-	return func(t *testing.T, missing bool, r command.Runner) backends.Backend {
+	return func(t *testing.T, missing bool, r command.InputRunner) backends.Backend {
 		pool := "tank"
 		if missing {
 			pool = "pillarnopool"
@@ -50,7 +53,8 @@ func TestDeleteRetriesBusy(t *testing.T) {
 	dir := filepath.Join("testdata", "zfs-sparse")
 	steps := commandtest.Captures(t, filepath.Join(dir, "delete-busy"))
 	ok := commandtest.Captures(t, filepath.Join(dir, "delete"))
-	// get, busy destroy, then the successful destroy.
+	// A busy destroy (EBUSY from the channel program), then the
+	// successful one.
 	steps = append(steps, ok[len(ok)-1])
 	r := commandtest.New(t, steps...)
 	b, err := zfs.New(zfs.Config{Pool: "tank", ParentDataset: parent, Sparse: true, Runner: r})
@@ -87,17 +91,19 @@ func common(thin bool) []replaytest.Case {
 		{Label: "create-foreign", Call: replaytest.Create("foreign", 2*unit), Err: backends.ErrConflict},
 		{Label: "delete-foreign", Call: replaytest.Delete("foreign"), Err: backends.ErrConflict},
 		{Label: "expand-foreign", Call: replaytest.Expand("foreign", 3*unit), Err: backends.ErrConflict},
-		// "dataset is busy" while the device is open.
+		// The destroy fails with EBUSY while the device is open.
 		{Label: "delete-busy", Call: replaytest.Delete(id), Err: backends.ErrBusy},
 		{Label: "delete", Call: replaytest.Delete(id), Want: nil},
-		// "dataset does not exist", and zpool confirms the pool is there.
+		// "dataset does not exist", and zpool confirms the pool is there;
+		// the destroy program finds no dataset.
 		{Label: "get-missing", Call: replaytest.Get(id), Err: backends.ErrNotFound},
 		{Label: "delete-missing", Call: replaytest.Delete(id), Want: nil},
 		{Label: "expand-missing", Call: replaytest.Expand(id, 8*unit), Err: backends.ErrNotFound},
 		{Label: "create-too-big", Call: replaytest.Create("pvc-huge", 1<<30), Err: backends.ErrNoSpace},
 		{Label: "expand-too-big", Call: replaytest.Expand("pvc-small", 1<<30), Err: backends.ErrNoSpace},
-		// The pool does not exist: "no such pool", or "dataset does not
-		// exist" from zfs and then "no such pool" from zpool.
+		// The pool does not exist: "no such pool" (zfs program among
+		// them), or "dataset does not exist" from zfs and then "no such
+		// pool" from zpool.
 		{Label: "missing-create", Missing: true, Call: replaytest.Create(id, 3*unit+1), Err: backends.ErrStoreNotFound},
 		{Label: "missing-get", Missing: true, Call: replaytest.Get(id), Err: backends.ErrStoreNotFound},
 		{Label: "missing-delete", Missing: true, Call: replaytest.Delete(id), Err: backends.ErrStoreNotFound},
@@ -163,4 +169,81 @@ func listed(v *backends.Volume, dev string) backends.Volume {
 	l := *v
 	l.DevicePath = dev
 	return l
+}
+
+// TestSparseCreatesShareAListing: sparse creates within AdmissionMaxAge of a
+// capacity listing are admitted against its figure less what was admitted
+// since, without listing again; a request that figure refuses, and the
+// first request after AdmissionMaxAge, list again.
+func TestSparseCreatesShareAListing(t *testing.T) {
+	// The listing of an empty pool: 368989696 bytes available, no sparse
+	// zvol, so as much may be promised.
+	listing := commandtest.Load(t, "testdata/zfs-sparse/create.1.txt")
+	const avail = 368989696
+	create := commandtest.Load(t, "testdata/zfs-sparse/create.4.txt")
+	// The captured create of id, for another volume and size.
+	createOf := func(vol string, size int64) commandtest.Step {
+		return create.WithArgs(map[string]string{"65536": strconv.FormatInt(size, 10),
+			zfs.OwnerProperty + "=" + id: zfs.OwnerProperty + "=" + vol, name: "tank/" + parent + "/" + vol})
+	}
+	// More than the listing's figure less a and b, no more than the
+	// figure itself.
+	const big = avail / unit * unit
+	r := commandtest.New(t,
+		listing, createOf("a", 4*unit),
+		createOf("b", 4*unit),
+		listing, createOf("c", big),
+		listing, createOf("d", 4*unit),
+	)
+	b, err := zfs.New(zfs.Config{Pool: "tank", ParentDataset: parent, Sparse: true, Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1e9, 0)
+	zfs.SetClock(b, func() time.Time { return now })
+	for _, c := range []struct {
+		id    string
+		size  int64
+		later time.Duration
+	}{
+		{"a", 4 * unit, 0},
+		{"b", 4 * unit, zfs.AdmissionMaxAge - time.Second},
+		{"c", big, 0},
+		{"d", 4 * unit, zfs.AdmissionMaxAge},
+	} {
+		now = now.Add(c.later)
+		if _, err := b.Create(context.Background(), c.id, c.size); err != nil {
+			t.Fatalf("Create %s: %v", c.id, err)
+		}
+	}
+	if big <= avail-8*unit {
+		t.Fatalf("c (%d bytes) fits the figure less a and b: the test does not make it list again", big)
+	}
+}
+
+// TestDeleteRefusesWhatItDoesNotOwn: the channel program's verdicts on a
+// dataset that is not ours, or not deletable, become the backend's errors.
+func TestDeleteRefusesWhatItDoesNotOwn(t *testing.T) {
+	program := commandtest.Load(t, "testdata/zfs-sparse/delete.1.txt")
+	for _, c := range []struct {
+		verdict string
+		want    error
+	}{
+		{"other\tfilesystem", backends.ErrConflict},
+		{"foreign\tpvc-other", backends.ErrConflict},
+		{"foreign\t", backends.ErrConflict},
+		{"snapshots", backends.ErrBusy},
+		{"failed\t16", backends.ErrBusy},
+	} {
+		s := program
+		s.Stdout = `{"return":"` + strings.ReplaceAll(c.verdict, "\t", `\t`) + `"}` + "\n"
+		b, err := zfs.New(zfs.Config{Pool: "tank", ParentDataset: parent, Sparse: true, Runner: commandtest.New(t, s)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		zfs.SetBusyRetry(b, 0, 0)
+		if err := b.Delete(context.Background(), id); !errors.Is(err, c.want) {
+			t.Errorf("verdict %q: Delete = %v, want %v", c.verdict, err, c.want)
+		}
+	}
 }

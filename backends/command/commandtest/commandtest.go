@@ -33,6 +33,19 @@ type Step struct {
 	Source   string // the capture file, for messages
 }
 
+// WithArgs returns a copy of s in which every argument equal to a key of
+// args is replaced by its value: a captured command, for another volume
+// or size.
+func (s Step) WithArgs(args map[string]string) Step {
+	s.Argv = slices.Clone(s.Argv)
+	for i, a := range s.Argv {
+		if v, ok := args[a]; ok {
+			s.Argv[i] = v
+		}
+	}
+	return s
+}
+
 // Runner replays its steps in order. Any other command fails the test.
 type Runner struct {
 	t     testing.TB

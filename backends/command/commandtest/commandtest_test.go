@@ -74,3 +74,14 @@ type fakeT struct {
 func (f *fakeT) Helper()               {}
 func (f *fakeT) Errorf(string, ...any) { f.errors++ }
 func (f *fakeT) Cleanup(func())        {}
+
+func TestWithArgs(t *testing.T) {
+	s := commandtest.Step{Argv: []string{"zfs", "create", "-V", "65536", "tank/a"}}
+	got := s.WithArgs(map[string]string{"65536": "131072", "tank/a": "tank/b"})
+	if want := []string{"zfs", "create", "-V", "131072", "tank/b"}; !reflect.DeepEqual(got.Argv, want) {
+		t.Fatalf("WithArgs: %q, want %q", got.Argv, want)
+	}
+	if s.Argv[3] != "65536" {
+		t.Fatal("WithArgs changed the original step")
+	}
+}

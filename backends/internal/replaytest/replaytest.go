@@ -34,7 +34,7 @@ type Case struct {
 }
 
 // NewBackend builds the backend under test over r.
-type NewBackend func(t *testing.T, missing bool, r command.Runner) backends.Backend
+type NewBackend func(t *testing.T, missing bool, r command.InputRunner) backends.Backend
 
 // Run replays every case in its own subtest, then checks that every
 // capture label in dir was replayed by some case.

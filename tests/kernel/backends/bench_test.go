@@ -27,20 +27,23 @@ const benchVolumes = 64
 // BenchmarkCreateDelete64 creates and deletes 64 volumes through the
 // backend, then runs the same creating and deleting commands (recorded from
 // the backend's round, with other names) from a shell loop, and reports
-// both per volume and their ratio. The backend's extra work is what it
-// adds for safety: the capacity check of a thin store, the ownership check
-// before a delete, the Go process around each command.
+// both per volume and their ratio. The backends' deletes check the owner
+// in the command that deletes (a ZFS channel program, an lvremove that
+// selects by tag); the loop runs what a script would, zfs destroy and
+// lvremove of the named LV. The backend's extra work is what it adds for safety: the capacity
+// check of a thin store, the ownership check before a delete, the Go
+// process around each command.
 func BenchmarkCreateDelete64(b *testing.B) {
 	guest.RequireGuest(b)
 	b.Run("zfs-sparse", func(b *testing.B) {
 		pool := fixture.NewZPool(b, fixture.PoolOptions{Size: 1 * fixture.GiB})
-		benchCreateDelete(b, func(r command.Runner) (backends.Backend, error) {
+		benchCreateDelete(b, func(r command.InputRunner) (backends.Backend, error) {
 			return zfs.New(zfs.Config{Pool: pool.Name, ParentDataset: "bench", Sparse: true, Runner: r})
 		}, 8*fixture.MiB)
 	})
 	b.Run("lvm-thin", func(b *testing.B) {
 		vg := fixture.NewVG(b, fixture.VGOptions{Size: 1 * fixture.GiB, ThinPoolSize: 768 * fixture.MiB})
-		benchCreateDelete(b, func(r command.Runner) (backends.Backend, error) {
+		benchCreateDelete(b, func(r command.InputRunner) (backends.Backend, error) {
 			return lvm.New(lvm.Config{VolumeGroup: vg.Name, ThinPool: vg.ThinPool, Runner: r})
 		}, 8*fixture.MiB)
 	})
@@ -64,8 +67,12 @@ type callStat struct {
 }
 
 func (m *mutations) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return m.RunInput(ctx, nil, name, args...)
+}
+
+func (m *mutations) RunInput(ctx context.Context, input []byte, name string, args ...string) ([]byte, error) {
 	start := time.Now()
-	out, err := m.Exec.Run(ctx, name, args...)
+	out, err := m.Exec.RunInput(ctx, input, name, args...)
 	took := time.Since(start)
 	kind := name
 	if len(args) > 0 && (name == "zfs" || name == "zpool" || name == "lvm") {
@@ -81,13 +88,24 @@ func (m *mutations) Run(ctx context.Context, name string, args ...string) ([]byt
 	}
 	m.calls[kind].n++
 	m.calls[kind].took += took
-	if err == nil && len(args) > 0 && (args[0] == "create" || args[0] == "destroy" || args[0] == "lvcreate" || args[0] == "lvremove") {
+	switch {
+	case err != nil || len(args) == 0:
+	case name == "zfs" && args[0] == "program" && len(args) >= 5:
+		// The ZFS backend's delete, a channel program that checks the
+		// owner and destroys: what a script would do is zfs destroy.
+		m.argv = append(m.argv, []string{"zfs", "destroy", args[4]})
+	case args[0] == "lvremove" && len(args) == 7 && args[4] == "--select":
+		// The LVM backend's delete selects the LV by name and tag: a
+		// script would name it (lvremove --config C --yes VG/LV).
+		lv, _, _ := strings.Cut(strings.TrimPrefix(args[5], `lv_name="`), `"`)
+		m.argv = append(m.argv, []string{name, "lvremove", args[1], args[2], "--yes", args[6] + "/" + lv})
+	case args[0] == "create" || args[0] == "destroy" || args[0] == "lvcreate" || args[0] == "lvremove":
 		m.argv = append(m.argv, append([]string{name}, args...))
 	}
 	return out, err
 }
 
-func benchCreateDelete(b *testing.B, newBackend func(command.Runner) (backends.Backend, error), size int64) {
+func benchCreateDelete(b *testing.B, newBackend func(command.InputRunner) (backends.Backend, error), size int64) {
 	// One volume first, untimed: the ZFS backend makes its parent dataset
 	// on the first create.
 	warm, err := newBackend(command.Exec{})

@@ -35,9 +35,9 @@ type store struct {
 	// size is more than the store can ever hold.
 	tooBig int64
 	// backend returns the store's backend running commands through r.
-	backend func(r command.Runner) backends.Backend
+	backend func(r command.InputRunner) backends.Backend
 	// missing returns a backend of a store that does not exist.
-	missing func(r command.Runner) backends.Backend
+	missing func(r command.InputRunner) backends.Backend
 	// foreign creates a volume of the store's kind named name, without an
 	// ownership mark, with the raw tools; exists tells whether it is still
 	// there.

@@ -29,8 +29,8 @@ func lvmStore(t *testing.T, name string, thin bool) (*store, *fixture.VG) {
 		pool = vg.ThinPool
 	}
 	rec := newRecorder(t, name, vg.Name, "vg0")
-	newBackend := func(vgName string) func(command.Runner) backends.Backend {
-		return func(r command.Runner) backends.Backend {
+	newBackend := func(vgName string) func(command.InputRunner) backends.Backend {
+		return func(r command.InputRunner) backends.Backend {
 			b, err := lvm.New(lvm.Config{VolumeGroup: vgName, ThinPool: pool, Runner: r})
 			if err != nil {
 				t.Fatal(err)

@@ -66,14 +66,18 @@ func (r *recorder) step(label string) {
 }
 
 func (r *recorder) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return r.RunInput(ctx, nil, name, args...)
+}
+
+func (r *recorder) RunInput(ctx context.Context, input []byte, name string, args ...string) ([]byte, error) {
 	r.runs.Add(1)
-	out, err := r.Exec.Run(ctx, name, args...)
+	out, err := r.Exec.RunInput(ctx, input, name, args...)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.dir == "" || r.label == "" {
 		return out, err
 	}
-	s := commandtest.Step{Argv: append([]string{name}, args...), Stdout: string(out)}
+	s := commandtest.Step{Argv: append([]string{name}, args...), Stdin: string(input), Stdout: string(out)}
 	if ce := (*command.Error)(nil); errors.As(err, &ce) {
 		s.ExitCode, s.Stderr = ce.ExitCode, ce.Stderr
 	}

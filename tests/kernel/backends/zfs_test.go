@@ -5,9 +5,11 @@ package backends
 import (
 	"context"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
@@ -26,8 +28,8 @@ func zfsStore(t *testing.T, name string, sparse bool) *store {
 	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 512 * fixture.MiB})
 	parent := pool.Name + "/" + zfsParent
 	rec := newRecorder(t, name, pool.Name, "tank")
-	newBackend := func(pool string) func(command.Runner) backends.Backend {
-		return func(r command.Runner) backends.Backend {
+	newBackend := func(pool string) func(command.InputRunner) backends.Backend {
+		return func(r command.InputRunner) backends.Backend {
 			b, err := zfs.New(zfs.Config{Pool: pool, ParentDataset: zfsParent, Sparse: sparse, Runner: r})
 			if err != nil {
 				t.Fatal(err)
@@ -158,4 +160,78 @@ func zfsGet(t *testing.T, dataset, prop string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(out)
+}
+
+// TestZFSDeleteChannelProgram proves what Delete's channel program
+// (backends/zfs/destroy.lua) checks and does on the real kernel, in one
+// zfs command: it destroys only a volume whose owner property names the
+// volume, refuses a filesystem, a zvol owned by another volume and a zvol
+// with snapshots (each left as it was), and the zvol's device node goes
+// with it.
+func TestZFSDeleteChannelProgram(t *testing.T) {
+	s := zfsStore(t, "zfs-program", true)
+	b := s.backend(s.rec)
+	ctx := ctxT(t)
+	v, err := b.Create(ctx, "pvc-dev", 4*s.unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dataset name of volume name, next to pvc-dev.
+	parent := func(name string) string { return path.Dir(v.Name) + "/" + name }
+	dev, err := b.DevicePath(ctx, "pvc-dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zfsRun := func(args ...string) {
+		t.Helper()
+		if out, err := fixture.Command(context.Background(), "zfs", "zfs", args...); err != nil {
+			t.Fatalf("zfs %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+
+	// A filesystem that carries the owner property is not a volume.
+	fs := parent("pvc-fs")
+	zfsRun("create", "-o", "mountpoint=none", "-o", zfs.OwnerProperty+"=pvc-fs", fs)
+	mustErr(t, b.Delete(ctx, "pvc-fs"), backends.ErrConflict)
+	if !s.exists(t, "pvc-fs") {
+		t.Fatal("the filesystem was destroyed")
+	}
+	// A zvol whose owner property names another volume.
+	other := parent("pvc-other")
+	zfsRun("create", "-V", strconv.FormatInt(4*s.unit, 10), "-o", zfs.OwnerProperty+"=pvc-someone-else", other)
+	mustErr(t, b.Delete(ctx, "pvc-other"), backends.ErrConflict)
+	if !s.exists(t, "pvc-other") {
+		t.Fatal("the zvol owned by another volume was destroyed")
+	}
+	// A zvol of ours with a snapshot.
+	snap := parent("pvc-dev") + "@keep"
+	zfsRun("snapshot", snap)
+	mustErr(t, b.Delete(ctx, "pvc-dev"), backends.ErrBusy)
+	if !s.exists(t, "pvc-dev") || !s.exists(t, "pvc-dev@keep") {
+		t.Fatal("the zvol with a snapshot, or its snapshot, was destroyed")
+	}
+	zfsRun("destroy", snap)
+
+	// Ours, without snapshots: destroyed, and its device node removed.
+	if err := b.Delete(ctx, "pvc-dev"); err != nil {
+		t.Fatal(err)
+	}
+	if s.exists(t, "pvc-dev") {
+		t.Fatal("pvc-dev still exists after Delete")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := os.Stat(dev)
+		if os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists 30 s after the zvol was destroyed: %v", dev, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Deleting it again finds nothing, which is success.
+	if err := b.Delete(ctx, "pvc-dev"); err != nil {
+		t.Fatalf("second Delete: %v", err)
+	}
 }
