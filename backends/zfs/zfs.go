@@ -217,62 +217,70 @@ func (b *Backend) delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	outcome, detail, err := b.destroy(ctx, name, id)
+	v, err := b.destroy(ctx, name, id)
 	// A zvol is briefly held open by the kernel right after it was
 	// created or resized (its minor is set up or revalidated
 	// asynchronously), and the destroy then fails with EBUSY: a delete
 	// that follows at once would fail although nobody uses the volume.
-	for i := 0; i < b.busyRetries && err == nil && outcome == "failed" && detail == strconv.Itoa(int(syscall.EBUSY)); i++ {
+	for i := 0; i < b.busyRetries && err == nil && v.errno == syscall.EBUSY; i++ {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(b.busyDelay):
 		}
-		outcome, detail, err = b.destroy(ctx, name, id)
+		v, err = b.destroy(ctx, name, id)
 	}
 	if err != nil {
 		return err
 	}
-	switch outcome {
-	case "destroyed", "absent":
+	switch {
+	case v.outcome == "destroyed", v.outcome == "absent":
 		return nil
-	case "other":
-		return errs.New(backends.ErrConflict, nil, "%s exists and is not a volume (%s)", name, detail)
-	case "foreign":
-		return errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%q)", name, id, OwnerProperty, detail)
-	case "snapshots":
+	case v.outcome == "other":
+		return errs.New(backends.ErrConflict, nil, "%s exists and is not a volume (%s)", name, v.detail)
+	case v.outcome == "foreign":
+		return errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%q)", name, id, OwnerProperty, v.detail)
+	case v.outcome == "snapshots":
 		return errs.New(backends.ErrBusy, nil, "%s has snapshots or clones", name)
-	case "failed":
-		if n, perr := strconv.Atoi(detail); perr == nil {
-			if syscall.Errno(n) == syscall.EBUSY {
-				return errs.New(backends.ErrBusy, nil, "%s is open", name)
-			}
-			return fmt.Errorf("destroying %s: %w", name, syscall.Errno(n))
-		}
+	case v.errno == syscall.EBUSY:
+		return errs.New(backends.ErrBusy, nil, "%s is open", name)
+	case v.errno != 0:
+		return fmt.Errorf("destroying %s: %w", name, v.errno)
 	}
-	return fmt.Errorf("zfs program (destroy %s): unexpected result %q", name, outcome+"\t"+detail)
+	return fmt.Errorf("zfs program (destroy %s): unexpected result %q", name, v.outcome+"\t"+v.detail)
 }
 
 //go:embed destroy.lua
 var destroyProgram []byte
 
+// verdict is what destroy.lua returned: its outcome word, the detail after
+// it, and for "failed" the destroy's errno.
+type verdict struct {
+	outcome, detail string
+	errno           syscall.Errno
+}
+
 // destroy runs the channel program destroy.lua, which checks that name is
 // a zvol owned by id and destroys it, atomically and in one zfs command
 // (instead of a zfs list, then a zfs destroy that could meet another
-// dataset by then). It returns the program's outcome and its detail.
-func (b *Backend) destroy(ctx context.Context, name, id string) (outcome, detail string, err error) {
+// dataset by then).
+func (b *Backend) destroy(ctx context.Context, name, id string) (verdict, error) {
 	out, err := b.run.RunInput(ctx, destroyProgram, "zfs", "program", "-j", b.pool, "-", name, OwnerProperty, id)
 	if err != nil {
-		return "", "", classify(err)
+		return verdict{}, classify(err)
 	}
 	var r struct {
 		Return string `json:"return"`
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
-		return "", "", fmt.Errorf("zfs program (destroy %s): unexpected output %q", name, out)
+		return verdict{}, fmt.Errorf("zfs program (destroy %s): unexpected output %q", name, out)
 	}
-	outcome, detail, _ = strings.Cut(r.Return, "\t")
-	return outcome, detail, nil
+	var v verdict
+	v.outcome, v.detail, _ = strings.Cut(r.Return, "\t")
+	if n, err := strconv.Atoi(v.detail); v.outcome == "failed" && err == nil && n > 0 {
+		v.errno = syscall.Errno(n)
+	}
+	return v, nil
 }
 
 // Expand implements backends.Backend.

@@ -219,17 +219,10 @@ func TestZFSDeleteChannelProgram(t *testing.T) {
 	if s.exists(t, "pvc-dev") {
 		t.Fatal("pvc-dev still exists after Delete")
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	fixture.WaitFor(t, dev+" to go with its zvol", 30*time.Second, func() bool {
 		_, err := os.Stat(dev)
-		if os.IsNotExist(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still exists 30 s after the zvol was destroyed: %v", dev, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return os.IsNotExist(err)
+	})
 	// Deleting it again finds nothing, which is success.
 	if err := b.Delete(ctx, "pvc-dev"); err != nil {
 		t.Fatalf("second Delete: %v", err)
