@@ -30,9 +30,10 @@ const benchVolumes = 64
 // both per volume and their ratio. The backends' deletes check the owner
 // in the command that deletes (a ZFS channel program, an lvremove that
 // selects by tag); the loop runs what a script would, zfs destroy and
-// lvremove of the named LV. The backend's extra work is what it adds for safety: the capacity
-// check of a thin store, the ownership check before a delete, the Go
-// process around each command.
+// lvremove of the named LV. The backend's extra work is what it adds for
+// safety: the capacity and zeroing checks of a thin store (a listing per
+// LVM thin create, one per 30 s for ZFS), the Go process around each
+// command.
 func BenchmarkCreateDelete64(b *testing.B) {
 	guest.RequireGuest(b)
 	b.Run("zfs-sparse", func(b *testing.B) {
