@@ -17,7 +17,7 @@
 //	-tls-ca-file file           CA bundle client certificates must chain to (PEM)
 //	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 20s)
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
-//	-store-concurrency n        backend calls at once per store; more wait (default 4)
+//	-store-concurrency n        backend calls at once per store; more wait while their caller does (default 4)
 //	-readiness-interval d       how often readiness is checked (default 5s)
 //	-host-root dir              the host's / mounted in the container: run the host's zfs, zpool, lvm chrooted into it
 //	-version                    print the version and exit

@@ -149,7 +149,7 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	fs.StringVar(&o.TLS.CAFile, "tls-ca-file", "", "PEM CA bundle `file` that client certificates must chain to")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
 	fs.DurationVar(&o.CommandTimeout, "command-timeout", o.CommandTimeout, "timeout of each zfs, zpool and lvm command")
-	fs.IntVar(&o.StoreConcurrency, "store-concurrency", o.StoreConcurrency, "how many backend calls run at once per store; further calls wait their turn")
+	fs.IntVar(&o.StoreConcurrency, "store-concurrency", o.StoreConcurrency, "how many backend calls run at once per store; further calls wait their turn for as long as their caller waits")
 	fs.StringVar(&o.HostRoot, "host-root", "", "`directory` holding the host's root filesystem (in a container: the host's / mounted there); zfs, zpool and lvm are then the host's own, run chrooted into it, so they match the host's kernel module and LVM configuration (default: this machine's tools)")
 	fs.BoolVar(&o.PrintVersion, "version", false, "print the version and exit")
 	fs.Func("lvm-reject", "`regexp` of device paths LVM must never scan, such as ^/dev/zd (repeatable; each becomes an r|regexp| entry of the devices/global_filter of every lvm command, replacing the node's own global_filter for them)", func(v string) error {

@@ -48,6 +48,9 @@ func toStatus(ctx context.Context, op, volumeID string, err error) error {
 }
 
 func codeOf(ctx context.Context, err error) codes.Code {
+	// An admitted act's context does not end with its caller; a wait in
+	// it that gave up because the caller did reports the caller's end.
+	ctx = endedFirst(ctx, waitContext(ctx))
 	switch {
 	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 		return codes.Canceled
@@ -113,4 +116,12 @@ func codeOf(ctx context.Context, err error) codes.Code {
 		}
 	}
 	return codes.Internal
+}
+
+// endedFirst returns whichever of a and b has ended, a if neither has.
+func endedFirst(a, b context.Context) context.Context {
+	if a.Err() == nil && b.Err() != nil {
+		return b
+	}
+	return a
 }

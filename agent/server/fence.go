@@ -28,6 +28,15 @@ import (
 // provisioner's timeout. Retries meanwhile get ABORTED from the volume's
 // lock, and see the finished result once it is released.
 //
+// Waiting for a slot of the store is not running a command, so that wait
+// still follows the caller (see detach): a caller whose deadline passes
+// while its admitted act queues behind other volumes' commands gets
+// DEADLINE_EXCEEDED, and the volume's lock is free for its retry. Were the
+// queued act to outlive its caller too, every retry of a busy agent would
+// meet ABORTED until the act reached the head of the queue: a hundred
+// concurrent creates, each retried while queued, made provisioning 3.5
+// times slower than one at a time.
+//
 // A refused token returns FAILED_PRECONDITION with a FencingRejection
 // detail and act never runs. act must return gRPC status errors.
 func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func(context.Context) error) error {
@@ -40,7 +49,7 @@ func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, p
 	admitted := false
 	err = s.marks.Do(ctx, id, kind, tok, func(ctx context.Context) error {
 		admitted = true
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actTimeout)
+		actx, cancel := detach(ctx)
 		defer cancel()
 		return act(actx)
 	})
@@ -54,6 +63,27 @@ func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, p
 // caller's context: a few backend commands (each bounded by
 // command.DefaultTimeout) and configfs writes, with room for a slow node.
 const actTimeout = 10 * time.Minute
+
+// callerKey is the context key under which detach keeps the caller's
+// context.
+type callerKey struct{}
+
+// detach returns the context of an admitted act: the caller's values
+// without its cancellation, bounded by actTimeout, and carrying the
+// caller's context for the waits that may still follow it (waitContext).
+func detach(ctx context.Context) (context.Context, context.CancelFunc) {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), actTimeout)
+	return context.WithValue(actx, callerKey{}, ctx), cancel
+}
+
+// waitContext is the context a wait that starts nothing follows: the
+// caller's where ctx is an admitted act's (detach), ctx itself otherwise.
+func waitContext(ctx context.Context) context.Context {
+	if c, ok := ctx.Value(callerKey{}).(context.Context); ok {
+		return c
+	}
+	return ctx
+}
 
 func tokenOf(pt *agentv1.FencingToken) fencing.Token {
 	if pt == nil {

@@ -62,16 +62,22 @@ func (l *logBuffer) records(t *testing.T) []map[string]any {
 	return out
 }
 
-func newHarness(t *testing.T) *harness {
+// newHarness serves a Server over the fakes; each option may change its
+// Config first.
+func newHarness(t *testing.T, options ...func(*Config)) *harness {
 	t.Helper()
 	h := &harness{t: t, nv: newFakeNvmet(), devDir: t.TempDir(), logs: &logBuffer{}}
 	h.be = newFakeBackend(h.devDir)
 	h.gen = filepath.Join(t.TempDir(), "generations")
-	srv, err := newServer(Config{
+	cfg := Config{
 		GenerationsDir: h.gen,
 		ConfigfsRoot:   t.TempDir(),
 		Logger:         slog.New(slog.NewJSONHandler(h.logs, nil)),
-	}, h.nv, func(storeSpec) (backends.Backend, error) { h.built++; return h.be, nil })
+	}
+	for _, o := range options {
+		o(&cfg)
+	}
+	srv, err := newServer(cfg, h.nv, func(storeSpec) (backends.Backend, error) { h.built++; return h.be, nil })
 	if err != nil {
 		t.Fatal(err)
 	}

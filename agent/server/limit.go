@@ -16,8 +16,10 @@ import (
 const DefaultStoreConcurrency = 4
 
 // limited is a backend whose calls wait for one of a fixed number of
-// slots. Waiting honours the call's context, so a caller whose deadline
-// passes in the queue gets DEADLINE_EXCEEDED without running anything.
+// slots. Waiting honours the caller's context, also inside an admitted act
+// that no longer follows it (waitContext), so a caller whose deadline
+// passes in the queue gets DEADLINE_EXCEEDED without running anything;
+// the command, once it has its slot, runs under the context it was given.
 type limited struct {
 	b     backends.Backend
 	slots chan struct{}
@@ -28,11 +30,16 @@ func limit(b backends.Backend, n int) *limited {
 }
 
 func (l *limited) acquire(ctx context.Context, op string) (func(), error) {
+	wait := waitContext(ctx)
+	if err := wait.Err(); err != nil {
+		// Gone already: select would pick a free slot at random.
+		return nil, fmt.Errorf("%s: the caller went away before the store had a free slot: %w", op, err)
+	}
 	select {
 	case l.slots <- struct{}{}:
 		return func() { <-l.slots }, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%s: waiting for a free slot of the store: %w", op, ctx.Err())
+	case <-wait.Done():
+		return nil, fmt.Errorf("%s: waiting for a free slot of the store: %w", op, wait.Err())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -530,6 +531,64 @@ func TestCallerGoneCreateFinishes(t *testing.T) {
 	if len(h.be.createCtxErrs) == 0 || h.be.createCtxErrs[0] != nil {
 		t.Errorf("the backend's create ran with a done context after its caller went away: %v", h.be.createCtxErrs)
 	}
+}
+
+// TestQueuedCallFollowsItsCaller: an admitted call still waiting for a
+// slot of its store has started nothing, so it ends with its caller; the
+// volume's lock is then free, and the retry queues instead of meeting
+// ABORTED until the abandoned call reaches the head of the queue.
+func TestQueuedCallFollowsItsCaller(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.StoreConcurrency = 1 })
+	block, entered := make(chan struct{}), make(chan struct{}, 1)
+	h.be.blockCh, h.be.enteredCh = block, entered
+	unblock := sync.OnceFunc(func() { close(block) })
+	t.Cleanup(unblock) // before the harness's: a failure must not hang its Stop
+	done := make(chan error, 1)
+	go func() { _, err := h.create("pvc-holder", tok(uid1, 1), 1<<20); done <- err }()
+	<-entered
+	attempt := func(gen uint64) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_, err := h.c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok(uid2, gen), VolumeId: "pvc-queued", Store: lvmStore, CapacityBytes: 1 << 20})
+		return err
+	}
+	wantCode(t, "the first call, queued behind the holder", attempt(1), codes.DeadlineExceeded)
+	// The server sees the first caller's deadline a moment after the
+	// client does: a retry may meet ABORTED briefly, never for long.
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		err := attempt(2)
+		if status.Code(err) == codes.DeadlineExceeded {
+			break
+		}
+		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
+			t.Fatalf("the retry while the holder still runs: %v; want it queued (DEADLINE_EXCEEDED), not refused", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Let the server see the last deadline before the slot frees.
+	time.Sleep(100 * time.Millisecond)
+	unblock()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.create("pvc-queued", tok(uid2, 3), 1<<20); err != nil {
+		t.Fatalf("the retry once the store is free: %v", err)
+	}
+	h.be.mu.Lock()
+	defer h.be.mu.Unlock()
+	if n := countOf(h.be.calls, "create pvc-queued"); n != 1 {
+		t.Errorf("the backend saw %d creates of the queued volume, want 1 (the abandoned calls ran nothing): %v", n, h.be.calls)
+	}
+}
+
+func countOf(calls []string, call string) int {
+	n := 0
+	for _, c := range calls {
+		if c == call {
+			n++
+		}
+	}
+	return n
 }
 
 func TestOneBackendPerStoreConfig(t *testing.T) {
