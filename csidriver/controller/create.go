@@ -65,14 +65,22 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	}
 	defer unlock()
 
+	// The common case is a new volume: its record is written before
+	// anything is read. Any other outcome (the record exists, or could not
+	// be written) is decided on a fresh read, as a retry is.
+	created, err := s.record(ctx, id, size, storeName, protoName, params)
+	if err != nil {
+		created = nil
+	}
 	var vol *v1alpha1.PillarVolumeState
-	err = s.retrying(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
+	err = s.retryingFrom(ctx, id, created, func(v *v1alpha1.PillarVolumeState) error {
+		unspent := v != nil && v == created // its first generation is this call's
 		if v == nil {
-			created, err := s.record(ctx, id, size, storeName, protoName, params)
-			if err != nil {
+			var err error
+			if v, err = s.record(ctx, id, size, storeName, protoName, params); err != nil {
 				return err
 			}
-			v = created
+			unspent = true
 		} else if !v.DeletionTimestamp.IsZero() {
 			// An interrupted DeleteVolume or rollback: finish it, then
 			// let the CO retry into a new volume.
@@ -84,7 +92,7 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 			return err
 		}
 		var err error
-		vol, err = s.provision(ctx, v, req.GetCapacityRange())
+		vol, err = s.provision(ctx, v, req.GetCapacityRange(), unspent)
 		return err
 	})
 	if err != nil {
@@ -99,7 +107,10 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 
 // record creates the PillarVolumeState of a new volume, with the export
 // spec copied from the PillarProtocol, so that later changes of the
-// protocol leave this volume as it was made.
+// protocol leave this volume as it was made. The record starts at
+// publicationGeneration 1, and that first generation belongs to the
+// caller: only one create of a name succeeds, as only one compare-and-swap
+// of a resourceVersion does, so it needs no update of its own.
 func (s *Service) record(ctx context.Context, id string, size int64, storeName, protoName string, params map[string]string) (*v1alpha1.PillarVolumeState, error) {
 	var proto v1alpha1.PillarProtocol
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: protoName}, &proto); err != nil {
@@ -123,10 +134,11 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 	v := &v1alpha1.PillarVolumeState{
 		ObjectMeta: metav1.ObjectMeta{Name: id, Finalizers: []string{Finalizer}, Annotations: map[string]string{}},
 		Spec: v1alpha1.PillarVolumeStateSpec{
-			VolumeID:      id,
-			StoreName:     v1alpha1.ObjectName(storeName),
-			ProtocolName:  v1alpha1.ObjectName(protoName),
-			CapacityBytes: size,
+			VolumeID:              id,
+			StoreName:             v1alpha1.ObjectName(storeName),
+			ProtocolName:          v1alpha1.ObjectName(protoName),
+			CapacityBytes:         size,
+			PublicationGeneration: 1,
 			Export: &v1alpha1.ExportSpec{BindAddress: t.BindAddress, Port: port, ACLEnabled: ptr.To(t.ACLEnabled == nil || *t.ACLEnabled),
 				SubsystemNQN: v1alpha1.NQN(ident.SubsystemNQN)},
 		},
@@ -164,8 +176,10 @@ func compatible(v *v1alpha1.PillarVolumeState, store, proto string, r *csi.Capac
 	return nil
 }
 
-// provision runs the steps the record does not show as done yet.
-func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, r *csi.CapacityRange) (*v1alpha1.PillarVolumeState, error) {
+// provision runs the steps the record does not show as done yet. unspent
+// says that v was just created by this call (record), so its generation is
+// the first agent call's token.
+func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, r *csi.CapacityRange, unspent bool) (*v1alpha1.PillarVolumeState, error) {
 	if v.Spec.Export == nil {
 		return nil, errorf(codes.FailedPrecondition, v.Name, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as %s", recoveryDoc)
 	}
@@ -174,9 +188,11 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 		return nil, err
 	}
 	if !v.Status.BackendCreated {
-		tok, err := s.issue(ctx, v)
-		if err != nil {
-			return nil, err
+		tok := tokenOf(v)
+		if !unspent {
+			if tok, err = s.issue(ctx, v); err != nil {
+				return nil, err
+			}
 		}
 		resp, err := conn.Agent.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store, CapacityBytes: v.Spec.CapacityBytes})
 		if err != nil {

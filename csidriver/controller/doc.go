@@ -26,8 +26,11 @@
 // the loser of a race reads the record again and decides again. The token
 // sent is (the record's UID, the new generation); an agent refuses any
 // token older than its durable mark, so a stale controller can change
-// nothing. Every decision reads the record from the API server, not from a
-// cache.
+// nothing. A new record is created at generation 1, the creating call's
+// own: only one create of a name succeeds, as only one update of a
+// resourceVersion does. Every decision reads the record from the API
+// server, not from a cache; a new volume's record is written before
+// anything is read, and an existing one is read as a retry reads it.
 //
 // # Publications
 //

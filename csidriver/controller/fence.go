@@ -51,10 +51,19 @@ func tokenOf(v *v1alpha1.PillarVolumeState) *agentv1.FencingToken {
 // races; step returns errLostRace to be run again. A nil record is passed
 // on as nil.
 func (s *Service) retrying(ctx context.Context, id string, step func(v *v1alpha1.PillarVolumeState) error) error {
+	return s.retryingFrom(ctx, id, nil, step)
+}
+
+// retryingFrom is retrying whose first round is given first, when it is
+// not nil, instead of a read: a record this call has just written.
+func (s *Service) retryingFrom(ctx context.Context, id string, first *v1alpha1.PillarVolumeState, step func(v *v1alpha1.PillarVolumeState) error) error {
 	for range maxRaces {
-		v, err := s.getVolume(ctx, id)
-		if err != nil {
-			return err
+		v := first
+		if first = nil; v == nil {
+			var err error
+			if v, err = s.getVolume(ctx, id); err != nil {
+				return err
+			}
 		}
 		if err := step(v); !errors.Is(err, errLostRace) {
 			return err

@@ -55,7 +55,7 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 			// A legacy volume whose export spec the operator just stated,
 			// or an export interrupted: finish it first.
 			var err error
-			if v, err = s.provision(ctx, v, nil); err != nil {
+			if v, err = s.provision(ctx, v, nil, false); err != nil {
 				return err
 			}
 		}

@@ -169,9 +169,16 @@ func TestCreateVolume(t *testing.T) {
 		v.Annotations[controller.AnnotationPVCName] != "data" || v.Annotations[controller.AnnotationPVCNamespace] != "team-a" {
 		t.Errorf("record = %+v", v)
 	}
-	// Two agent calls, two generations.
+	// Two agent calls, two generations: the record is created at the
+	// first, which the backend create presents with no update before it.
 	if v.Spec.PublicationGeneration != 2 {
 		t.Errorf("publicationGeneration = %d, want 2 (create, export)", v.Spec.PublicationGeneration)
+	}
+	if c, e := agent.Presented("CreateVolume", id), agent.Presented("ExportVolume", id); !slices.Equal(c, []uint64{1}) || !slices.Equal(e, []uint64{2}) {
+		t.Errorf("the agent saw generations %v (CreateVolume), %v (ExportVolume); want [1], [2]", c, e)
+	}
+	if v.Generation != 2 {
+		t.Errorf("metadata.generation = %d, want 2: the create and one compare-and-swap (the export's) wrote the spec", v.Generation)
 	}
 	if e, ok := agent.Exports()[id]; !ok || !e.ACL || len(e.Hosts) != 0 {
 		t.Errorf("export = %+v, %v: want ACL on, no host yet", e, ok)
@@ -239,6 +246,17 @@ func TestCreateResumes(t *testing.T) {
 			}
 			if _, ok := agent.Volumes()[name]; !ok {
 				t.Error("no backend volume after the retry")
+			}
+			// The record's first generation went to the interrupted
+			// call; the retry issues its own for every agent call.
+			want := map[string][]uint64{"CreateVolume": {1, 2}, "ExportVolume": {3}}
+			if step == "ExportVolume" {
+				want = map[string][]uint64{"CreateVolume": {1}, "ExportVolume": {2, 3}}
+			}
+			for m, w := range want {
+				if got := agent.Presented(m, name); !slices.Equal(got, w) {
+					t.Errorf("%s presented generations %v, want %v", m, got, w)
+				}
 			}
 		})
 	}

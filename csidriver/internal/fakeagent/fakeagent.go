@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -46,6 +47,9 @@ type Agent struct {
 	stores   map[string]Capacity // by pool or volume group
 	instance string
 	calls    map[string]int
+	// presented are the generations the fenced calls presented, by
+	// method and volume.
+	presented map[[2]string][]uint64
 
 	// Volumes (EnableVolumes).
 	marks   *fencing.Store
@@ -81,10 +85,11 @@ func Start(o Options) (*Agent, error) {
 		bootID:  newID(),
 		caps: []agentv1.Capability{agentv1.Capability_CAPABILITY_BACKEND_ZFS, agentv1.Capability_CAPABILITY_BACKEND_LVM,
 			agentv1.Capability_CAPABILITY_BACKEND_LVM_THIN, agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP},
-		stores: map[string]Capacity{},
-		calls:  map[string]int{},
-		creds:  o.Creds,
-		addr:   o.Addr,
+		stores:    map[string]Capacity{},
+		calls:     map[string]int{},
+		presented: map[[2]string][]uint64{},
+		creds:     o.Creds,
+		addr:      o.Addr,
 	}
 	if a.addr == "" {
 		a.addr = "127.0.0.1:0"
@@ -207,6 +212,14 @@ func (a *Agent) Calls(method string) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.calls[method]
+}
+
+// Presented is the publication generation each fenced call of the method
+// for the volume presented, in order, refused ones included.
+func (a *Agent) Presented(method, volumeID string) []uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.presented[[2]string{method, volumeID}])
 }
 
 type service struct {

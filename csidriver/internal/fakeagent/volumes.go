@@ -117,6 +117,7 @@ func (a *Agent) Exports() map[string]Export {
 func (a *Agent) fenced(ctx context.Context, method, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func() error) error {
 	a.mu.Lock()
 	a.calls[method]++
+	a.presented[[2]string{method, id}] = append(a.presented[[2]string{method, id}], pt.GetPublicationGeneration())
 	st := a.marks
 	a.mu.Unlock()
 	if st == nil {
