@@ -80,6 +80,7 @@ func TestEventsOnTheClaim(t *testing.T) {
 	if _, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo}); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, s)
 	claimEvents := rec.about(true)
 	var reasons []string
 	for _, e := range claimEvents {
@@ -109,6 +110,7 @@ func TestEventsOnTheClaim(t *testing.T) {
 	if _, err := s2.CreateVolume(ctx, createReq(orphan, 8<<20)); err != nil {
 		t.Fatal(err)
 	}
+	settle(t, s2)
 	if len(rec2.about(true)) != 0 || len(rec2.about(false)) != 1 {
 		t.Errorf("a volume without an existing claim: %d events on claims, %d on the record; want 0 and 1", len(rec2.about(true)), len(rec2.about(false)))
 	}
@@ -118,6 +120,16 @@ func TestEventsOnTheClaim(t *testing.T) {
 		}
 		if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// settle waits until s has made every claim event it raised.
+func settle(t *testing.T, s *controller.Service) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !controller.EventsIdle(s); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the claims' events are still being made after 10s")
 		}
 	}
 }

@@ -59,6 +59,8 @@ type Service struct {
 
 	mu   sync.Mutex
 	busy map[string]bool
+
+	claims eventQueue // the claims' events, off the calls' path
 }
 
 // New returns the Controller service.
@@ -132,7 +134,7 @@ func (s *Service) storeChanged(store v1alpha1.ObjectName) {
 
 // event records an event on the volume's record and on its claim.
 func (s *Service) event(v *v1alpha1.PillarVolumeState, typ, reason, format string, args ...any) {
-	recordEvent(s.cfg.Recorder, s.cfg.Reader, s.log, v, typ, reason, "CSI", format, args...)
+	s.recordEvent(s.cfg.Recorder, v, typ, reason, "CSI", format, args...)
 }
 
 // errorf is a status error with the volume named.

@@ -169,5 +169,5 @@ func (r *VolumeStateReconciler) abandoned(ctx context.Context, v *v1alpha1.Pilla
 }
 
 func (r *VolumeStateReconciler) event(v *v1alpha1.PillarVolumeState, typ, reason, format string, args ...any) {
-	recordEvent(r.Recorder, r.Service.cfg.Reader, r.Service.log, v, typ, reason, "Reconcile", format, args...)
+	r.Service.recordEvent(r.Recorder, v, typ, reason, "Reconcile", format, args...)
 }
