@@ -31,16 +31,14 @@ func limit(b backends.Backend, n int) *limited {
 
 func (l *limited) acquire(ctx context.Context, op string) (func(), error) {
 	wait := waitContext(ctx)
-	if err := wait.Err(); err != nil {
-		// Gone already: select would pick a free slot at random.
-		return nil, fmt.Errorf("%s: the caller went away before the store had a free slot: %w", op, err)
+	if wait.Err() == nil { // a caller gone already starts nothing, though a slot is free
+		select {
+		case l.slots <- struct{}{}:
+			return func() { <-l.slots }, nil
+		case <-wait.Done():
+		}
 	}
-	select {
-	case l.slots <- struct{}{}:
-		return func() { <-l.slots }, nil
-	case <-wait.Done():
-		return nil, fmt.Errorf("%s: waiting for a free slot of the store: %w", op, wait.Err())
-	}
+	return nil, fmt.Errorf("%s: waiting for a free slot of the store: %w", op, wait.Err())
 }
 
 func (l *limited) Create(ctx context.Context, id string, size int64) (*backends.Volume, error) {
