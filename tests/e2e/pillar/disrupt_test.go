@@ -67,9 +67,10 @@ func TestControllerLeaderKilledMidCreate(t *testing.T) {
 	t.Fatalf("the provisioner Lease is held by %q, which is none of the controller pods %v", holder, pods)
 }
 
-// backendCreateInFlight is the kill point: the record exists and its
-// generation was advanced for the first agent call (the backend create),
-// whose result is not recorded yet.
+// backendCreateInFlight is the kill point: the record exists at the
+// generation of the first agent call, the backend create (a new record is
+// created at generation 1, and the create follows at once), whose result
+// is not recorded yet.
 func backendCreateInFlight(v *v1alpha1.PillarVolumeState) bool {
 	return v.Spec.PublicationGeneration >= 1 && !v.Status.BackendCreated
 }
