@@ -7,7 +7,7 @@
 //
 // Every call that changes a volume follows one path (Server.fenced):
 // validate the request (INVALID_ARGUMENT, nothing touched) → take the
-// volume's lock (ABORTED while another call for the volume runs) → check
+// volume's lock (waiting, while the caller does, for a call that holds it) → check
 // and advance the volume's durable mark in the fencing.Store → act. A
 // refused token gets FAILED_PRECONDITION with a FencingRejection detail
 // (api/agent/v1) and an ErrorInfo (fencing/grpcstatus), and nothing is

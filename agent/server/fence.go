@@ -12,11 +12,11 @@ import (
 )
 
 // fenced runs act for one volume the way every mutating RPC must: take the
-// volume's lock (ABORTED if another call holds it), check and advance the
-// volume's durable mark with the request's token, and only then act. The
-// store keeps its own per-volume lock while act runs (fencing.Store.Do),
-// so no change of an older token can run after a newer token was
-// accepted, even across the ABORTED check.
+// volume's lock (waiting, while the caller does, for a call that holds
+// it), check and advance the volume's durable mark with the request's
+// token, and only then act. The store keeps its own per-volume lock while
+// act runs (fencing.Store.Do), so no change of an older token can run
+// after a newer token was accepted.
 //
 // Once admitted, act runs to its end even when the caller goes away: its
 // context keeps the caller's values but not its cancellation, and is
@@ -25,22 +25,22 @@ import (
 // ("device-mapper: reload ioctl ... failed: No data available" on every
 // later activation), so a retried CreateVolume never succeeds; a real
 // cluster showed it when a slow storage node took longer than the CSI
-// provisioner's timeout. Retries meanwhile get ABORTED from the volume's
-// lock, and see the finished result once it is released.
+// provisioner's timeout. Retries meanwhile wait at the volume's lock and
+// see the finished result once it is released.
 //
 // Waiting for a slot of the store is not running a command, so that wait
 // still follows the caller (see detach): a caller whose deadline passes
 // while its admitted act queues behind other volumes' commands gets
 // DEADLINE_EXCEEDED, and the volume's lock is free for its retry. Were the
 // queued act to outlive its caller too, every retry of a busy agent would
-// meet ABORTED until the act reached the head of the queue: a hundred
-// concurrent creates, each retried while queued, made provisioning 3.5
-// times slower than one at a time.
+// find the volume held until the act reached the head of the queue: a
+// hundred concurrent creates, each retried while queued, made provisioning
+// 3.5 times slower than one at a time.
 //
 // A refused token returns FAILED_PRECONDITION with a FencingRejection
 // detail and act never runs. act must return gRPC status errors.
 func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func(context.Context) error) error {
-	unlock, err := s.locks.tryLock(id, op)
+	unlock, err := s.locks.lock(ctx, id, op)
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,8 @@ type Config struct {
 
 // Server implements pillar.agent.v1.AgentService. It is safe for
 // concurrent use; calls for one volume are serialized (a second concurrent
-// call gets ABORTED), calls for different volumes run in parallel.
+// call waits while its caller does), calls for different volumes run in
+// parallel.
 type Server struct {
 	agentv1.UnimplementedAgentServiceServer
 

@@ -476,22 +476,41 @@ func TestInvalidArguments(t *testing.T) {
 	}
 }
 
-func TestBusyVolumeIsAborted(t *testing.T) {
+// TestBusyVolumeWaits: a second call for a volume waits for the first,
+// while its caller waits; a caller that stops waiting first gets its
+// deadline, naming the call it waited for; calls for other volumes are not
+// held up.
+func TestBusyVolumeWaits(t *testing.T) {
 	h := newHarness(t)
 	block, entered := make(chan struct{}), make(chan struct{}, 1)
 	h.be.blockCh, h.be.enteredCh = block, entered
+	unblock := sync.OnceFunc(func() { close(block) })
+	t.Cleanup(unblock) // before the harness's: a failure must not hang its Stop
 	done := make(chan error, 1)
 	go func() { _, err := h.create("pvc-slow", tok(uid1, 1), 1<<20); done <- err }()
 	<-entered
-	_, err := h.export("pvc-slow", tok(uid1, 1), false)
-	wantCode(t, "export while create runs", err, codes.Aborted)
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := h.c.ExportVolume(short, &agentv1.ExportVolumeRequest{FencingToken: tok(uid1, 1), VolumeId: "pvc-slow", Store: lvmStore,
+		Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: tcp(false)}})
+	wantCode(t, "export while create runs, its caller waiting 200ms", err, codes.DeadlineExceeded)
 	// Other calls are not held up.
 	if _, err := h.c.GetCapacity(ctxT(t), &agentv1.GetCapacityRequest{Store: lvmStore}); err != nil {
 		t.Error(err)
 	}
-	close(block)
+	exported := make(chan error, 1)
+	go func() { _, err := h.export("pvc-slow", tok(uid1, 1), false); exported <- err }()
+	select {
+	case err := <-exported:
+		t.Fatalf("export while create runs returned %v before the create finished", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	unblock()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+	if err := <-exported; err != nil {
+		t.Errorf("the export that waited for the create: %v", err)
 	}
 }
 
@@ -534,9 +553,8 @@ func TestCallerGoneCreateFinishes(t *testing.T) {
 }
 
 // TestQueuedCallFollowsItsCaller: an admitted call still waiting for a
-// slot of its store has started nothing, so it ends with its caller; the
-// volume's lock is then free, and the retry queues instead of meeting
-// ABORTED until the abandoned call reaches the head of the queue.
+// slot of its store has started nothing, so it ends with its caller and
+// never runs later; its retry queues again in its turn.
 func TestQueuedCallFollowsItsCaller(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.StoreConcurrency = 1 })
 	block, entered := make(chan struct{}), make(chan struct{}, 1)
@@ -546,24 +564,11 @@ func TestQueuedCallFollowsItsCaller(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := h.create("pvc-holder", tok(uid1, 1), 1<<20); done <- err }()
 	<-entered
-	attempt := func(gen uint64) error {
+	for gen := range uint64(2) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		_, err := h.c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok(uid2, gen), VolumeId: "pvc-queued", Store: lvmStore, CapacityBytes: 1 << 20})
-		return err
-	}
-	wantCode(t, "the first call, queued behind the holder", attempt(1), codes.DeadlineExceeded)
-	// The server sees the first caller's deadline a moment after the
-	// client does: a retry may meet ABORTED briefly, never for long.
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		err := attempt(2)
-		if status.Code(err) == codes.DeadlineExceeded {
-			break
-		}
-		if status.Code(err) != codes.Aborted || time.Now().After(deadline) {
-			t.Fatalf("the retry while the holder still runs: %v; want it queued (DEADLINE_EXCEEDED), not refused", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		_, err := h.c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok(uid2, gen+1), VolumeId: "pvc-queued", Store: lvmStore, CapacityBytes: 1 << 20})
+		cancel()
+		wantCode(t, fmt.Sprintf("attempt %d, queued behind the holder", gen+1), err, codes.DeadlineExceeded)
 	}
 	// Let the server see the last deadline before the slot frees.
 	time.Sleep(100 * time.Millisecond)
