@@ -90,8 +90,9 @@ type Options struct {
 	// the endpoint off.
 	MetricsAddress string
 	HealthAddress  string
-	// AgentCallTimeout bounds every agent call; agentclient's default if
-	// zero.
+	// AgentCallTimeout bounds every agent call made without a deadline of
+	// its own (those of CSI calls keep the CO's); agentclient's default
+	// if zero.
 	AgentCallTimeout time.Duration
 	// AgentRefresh and StoreRefresh: see reconcile.Options.
 	AgentRefresh time.Duration

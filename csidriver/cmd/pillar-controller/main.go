@@ -37,7 +37,7 @@ func main() {
 	flag.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///csi/csi.sock", `CSI endpoint of the Identity and Controller services (unix:///path or tcp://host:port; "" serves none)`)
 	flag.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, `listen address of /metrics ("0" disables)`)
 	flag.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, `listen address of /healthz and /readyz ("0" disables)`)
-	flag.DurationVar(&o.AgentCallTimeout, "agent-call-timeout", o.AgentCallTimeout, "deadline of each agent call (0: the default, 30s)")
+	flag.DurationVar(&o.AgentCallTimeout, "agent-call-timeout", o.AgentCallTimeout, "deadline of each agent call made without one of its own (0: the default, 30s); the calls made for a CSI call keep the CO's deadline (the sidecars' --timeout)")
 	flag.DurationVar(&o.AgentRefresh, "agent-refresh", o.AgentRefresh, "how often a ready agent is asked again for its version and capabilities")
 	flag.DurationVar(&o.StoreRefresh, "store-refresh", o.StoreRefresh, "how often a store's capacity is read again")
 	flag.DurationVar(&o.GracefulShutdown, "graceful-shutdown", o.GracefulShutdown, "how long running reconciles may finish after SIGTERM")

@@ -126,6 +126,15 @@ func TestPool(t *testing.T) {
 	if status.Code(err) != codes.DeadlineExceeded || time.Since(start) > 4*time.Second {
 		t.Errorf("call to a stopped agent: %v after %v, want DeadlineExceeded after the 2s call timeout", err, time.Since(start))
 	}
+	// A call with a deadline of its own (a CSI call's) keeps it, though
+	// it is longer than the call timeout.
+	own, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	start = time.Now()
+	_, err = c1.Agent.GetCapacity(own, &agentv1.GetCapacityRequest{}, waitForReady())
+	cancel()
+	if took := time.Since(start); status.Code(err) != codes.DeadlineExceeded || took < 2900*time.Millisecond {
+		t.Errorf("call to a stopped agent with a 3s deadline: %v after %v, want DeadlineExceeded after 3s", err, took)
+	}
 	// A new target replaces the connection.
 	c3, err := p.Get("a", agentclient.Target{Address: "127.0.0.1:1"})
 	if err != nil || c3 == c1 || c3.Endpoint() != "127.0.0.1:1" {

@@ -29,9 +29,9 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultCallTimeout bounds a call whose context has no earlier
-	// deadline. Backend operations on a busy pool take seconds; the agent
-	// bounds each tool run itself.
+	// DefaultCallTimeout bounds a call whose context has no deadline.
+	// Backend operations on a busy pool take seconds; the agent bounds
+	// each tool run itself.
 	DefaultCallTimeout = 30 * time.Second
 
 	// keepaliveTime is how long a quiet connection waits before it pings
@@ -59,8 +59,12 @@ type Target struct {
 
 // Options configure a Pool.
 type Options struct {
-	// CallTimeout bounds every call whose context has no earlier deadline;
-	// DefaultCallTimeout if zero.
+	// CallTimeout bounds every call whose context has no deadline of its
+	// own; DefaultCallTimeout if zero. A call made for a CSI call carries
+	// the CO's deadline (the sidecars' --timeout) and keeps it, longer or
+	// not: a call of the agent cut short while it waits its turn there
+	// fails a CSI call the CO would have waited for, and the CO's retry
+	// backs off further each time.
 	CallTimeout time.Duration
 	// Notify is called (from a pool goroutine, never under a lock) with
 	// the agent's name whenever its health status changes, so a
@@ -169,10 +173,10 @@ func (p *Pool) dial(name string, t Target) (*Conn, error) {
 	return c, nil
 }
 
-// deadline gives every call without an earlier deadline one of d.
+// deadline gives every call without a deadline one of d.
 func deadline(d time.Duration) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > d {
+		if _, ok := ctx.Deadline(); !ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
 			defer cancel()

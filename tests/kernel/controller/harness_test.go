@@ -309,8 +309,9 @@ func (l *lab) startController(t testing.TB) error {
 		"-metrics-address", l.metricsAddr,
 		"-health-address", fmt.Sprintf("127.0.0.1:%d", health),
 		"-agent-refresh", "10s", "-store-refresh", "2s",
-		// An lvextend or zfs create queued behind others in a busy TCG
-		// guest takes tens of seconds.
+		// For the reconcilers' agent calls (the CSI calls' keep the
+		// test's deadline): an agent in a busy TCG guest takes tens of
+		// seconds.
 		"-agent-call-timeout", "90s",
 		"-csi-endpoint", l.csiEndpoint,
 		"-log-level", "debug"}
