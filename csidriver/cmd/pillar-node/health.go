@@ -90,11 +90,14 @@ func (h *health) probe(ctx context.Context) error {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		defer h.inflight.Store(false)
 		resp, err := h.identity.Probe(ctx, &csi.ProbeRequest{})
 		if err == nil && resp.GetReady() != nil && !resp.GetReady().GetValue() {
 			err = errors.New("not ready")
 		}
+		// Free before answering: a probe that follows the answer (kubelet's
+		// next, or the readiness check after the liveness one) must not
+		// find this one still in flight.
+		h.inflight.Store(false)
 		done <- err
 	}()
 	select {
