@@ -123,6 +123,21 @@ func (h *harness) create(id string, tk *agentv1.FencingToken, size int64) (*agen
 	return h.c.CreateVolume(ctxT(h.t), &agentv1.CreateVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore, CapacityBytes: size})
 }
 
+// blockedCreate starts a CreateVolume of id (uid1, generation 1) whose
+// backend create blocks, and returns once the backend has it: unblock lets
+// it finish (at the latest at cleanup, before the harness stops, so a
+// failing test cannot hang), done receives the call's error.
+func (h *harness) blockedCreate(id string) (unblock func(), done <-chan error) {
+	block, entered := make(chan struct{}), make(chan struct{}, 1)
+	h.be.blockCh, h.be.enteredCh = block, entered
+	unblock = sync.OnceFunc(func() { close(block) })
+	h.t.Cleanup(unblock)
+	errs := make(chan error, 1)
+	go func() { _, err := h.create(id, tok(uid1, 1), 1<<20); errs <- err }()
+	<-entered
+	return unblock, errs
+}
+
 func (h *harness) export(id string, tk *agentv1.FencingToken, acl bool) (*agentv1.ExportVolumeResponse, error) {
 	return h.c.ExportVolume(ctxT(h.t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore, Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: tcp(acl)}})
 }

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -482,13 +481,7 @@ func TestInvalidArguments(t *testing.T) {
 // held up.
 func TestBusyVolumeWaits(t *testing.T) {
 	h := newHarness(t)
-	block, entered := make(chan struct{}), make(chan struct{}, 1)
-	h.be.blockCh, h.be.enteredCh = block, entered
-	unblock := sync.OnceFunc(func() { close(block) })
-	t.Cleanup(unblock) // before the harness's: a failure must not hang its Stop
-	done := make(chan error, 1)
-	go func() { _, err := h.create("pvc-slow", tok(uid1, 1), 1<<20); done <- err }()
-	<-entered
+	unblock, done := h.blockedCreate("pvc-slow")
 	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	_, err := h.c.ExportVolume(short, &agentv1.ExportVolumeRequest{FencingToken: tok(uid1, 1), VolumeId: "pvc-slow", Store: lvmStore,
@@ -557,13 +550,7 @@ func TestCallerGoneCreateFinishes(t *testing.T) {
 // never runs later; its retry queues again in its turn.
 func TestQueuedCallFollowsItsCaller(t *testing.T) {
 	h := newHarness(t, func(c *Config) { c.StoreConcurrency = 1 })
-	block, entered := make(chan struct{}), make(chan struct{}, 1)
-	h.be.blockCh, h.be.enteredCh = block, entered
-	unblock := sync.OnceFunc(func() { close(block) })
-	t.Cleanup(unblock) // before the harness's: a failure must not hang its Stop
-	done := make(chan error, 1)
-	go func() { _, err := h.create("pvc-holder", tok(uid1, 1), 1<<20); done <- err }()
-	<-entered
+	unblock, done := h.blockedCreate("pvc-holder")
 	for gen := range uint64(2) {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		_, err := h.c.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok(uid2, gen+1), VolumeId: "pvc-queued", Store: lvmStore, CapacityBytes: 1 << 20})
