@@ -14,6 +14,16 @@ import (
 // value, so applying an identical export does not disturb connected
 // initiators.
 //
+// A change that takes access away from a host (a host no longer listed, or
+// the access list switched on) also takes away the controllers hosts
+// already have: nvmet checks the list only when a host connects, so Apply
+// drops the subsystem's port links before it changes the list and links
+// them again after. Dropping a port link tears down the subsystem's
+// controllers on that port; a host still listed reconnects (its initiator
+// retries every reconnect_delay), a host no longer listed is refused. The
+// links go first so that an Apply interrupted in between is still a
+// narrowing when it is applied again, and drops them again.
+//
 // Apply works in the order the kernel requires: subsystem attributes,
 // namespaces, access control, then port links, so that an initiator never
 // reaches a subsystem whose namespaces or access list are still being
@@ -59,9 +69,16 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 		return err
 	}
 
+	revoke := !fresh && narrows(want, cur)
 	steps := []func() error{
 		func() error { return f.applySubsystemAttrs(nqn, want.Attrs, cur.Attrs, fresh) },
 		func() error { return f.applyNamespaces(nqn, want.Namespaces, cur.Namespaces, names) },
+		func() error {
+			if !revoke {
+				return nil
+			}
+			return f.unlinkPorts(nqn, false)
+		},
 		func() error { return f.applyAccess(nqn, want, cur, names.hosts, fresh) },
 		func() error { return f.applyPorts(nqn, want.Ports, fresh) },
 	}
@@ -111,6 +128,33 @@ func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
 	return nil
 }
 
+// unlinkPorts drops every link of the subsystem from a port, which tears
+// down the subsystem's controllers on that port. With removeUnused, a port
+// nothing else links is removed too; without, it stays for the subsystem
+// to be linked again.
+func (f *FS) unlinkPorts(nqn string, removeUnused bool) error {
+	ports, err := f.linkedPorts(nqn)
+	if err != nil {
+		return err
+	}
+	for _, p := range ports {
+		unlock := f.ports.lock(p.addr.key())
+		if removeUnused {
+			err = f.unlinkPort(p.name, p.link)
+		} else {
+			err = f.sys.unlink(f.portSubsystemLink(p.name, p.link))
+			if IsNotExist(err) {
+				err = nil
+			}
+		}
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Remove deletes the subsystem nqn completely: its links from ports (and
 // each port nothing else uses any more), its allowed-host links (and each
 // host entry no other subsystem links), its namespaces and the subsystem
@@ -138,17 +182,8 @@ func (f *FS) Remove(ctx context.Context, nqn string) error {
 
 	// Port links first: the kernel refuses to remove a subsystem that is
 	// the target of a link (EBUSY).
-	ports, err := f.linkedPorts(nqn)
-	if err != nil {
+	if err := f.unlinkPorts(nqn, true); err != nil {
 		return err
-	}
-	for _, p := range ports {
-		unlock := f.ports.lock(p.addr.key())
-		err := f.unlinkPort(p.name, p.link)
-		unlock()
-		if err != nil {
-			return err
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return &Error{Op: "remove", Path: nqn, Err: err}

@@ -168,26 +168,77 @@ func TestChangeAllowedHostsLive(t *testing.T) {
 	e := fullExport(t, 1)
 	e.AllowedHosts = []string{hostA, hostB}
 	mustApply(t, fs, e)
+	port := mustRead(t, fs).Ports[0].ID
+	portLink := fmt.Sprintf("ports/%d/subsystems/%s", port, e.NQN)
 	sim.mutations()
 
-	e.AllowedHosts = []string{hostB, hostC}
+	// A host added: nothing else moves.
+	e.AllowedHosts = []string{hostA, hostB, hostC}
 	mustApply(t, fs, e)
-	checkReadBack(t, fs, e)
-	ops := sim.mutations()
-	// hostC linked before hostA unlinked; the namespace and port untouched.
 	want := []string{
 		"mkdir hosts/" + hostC,
 		"symlink subsystems/" + e.NQN + "/allowed_hosts/" + hostC,
+	}
+	if diff := cmp.Diff(want, sim.mutations()); diff != "" {
+		t.Errorf("adding a host: operations (-want +got):\n%s", diff)
+	}
+
+	// A host taken away: the port link is dropped first (which ends the
+	// controllers every host has) and made again last; the namespace and
+	// the port itself stay.
+	e.AllowedHosts = []string{hostB, hostC}
+	mustApply(t, fs, e)
+	checkReadBack(t, fs, e)
+	want = []string{
+		"unlink " + portLink,
 		"unlink subsystems/" + e.NQN + "/allowed_hosts/" + hostA,
 		"rmdir hosts/" + hostA,
+		"symlink " + portLink,
 	}
-	if diff := cmp.Diff(want, ops); diff != "" {
-		t.Errorf("operations (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, sim.mutations()); diff != "" {
+		t.Errorf("taking a host away: operations (-want +got):\n%s", diff)
+	}
+}
+
+// A narrowing interrupted after the port links went is still a narrowing
+// when it is applied again, and one interrupted after the access list
+// changed only needs the links back: either way the links are made again
+// and no host is left with a controller it would be refused.
+func TestNarrowingInterrupted(t *testing.T) {
+	for _, failOp := range []string{"unlink allowed_hosts", "symlink ports"} {
+		t.Run(failOp, func(t *testing.T) {
+			sim, fs := newKernelSim(t)
+			e := fullExport(t, 1)
+			e.AllowedHosts = []string{hostA, hostB}
+			mustApply(t, fs, e)
+			e.AllowedHosts = []string{hostB}
+			op, part, _ := strings.Cut(failOp, " ")
+			sim.failAt = func(o, path string) error {
+				if o == op && strings.Contains(path, "/"+part+"/") {
+					return syscall.EIO
+				}
+				return nil
+			}
+			if err := fs.Apply(context.Background(), e); !errorsIsErrno(err, syscall.EIO) {
+				t.Fatalf("Apply with injected failure = %v, want EIO", err)
+			}
+			if st := mustRead(t, fs); len(st.Ports) != 1 || len(st.Ports[0].Subsystems) != 0 {
+				t.Fatalf("after the failure the port links are %+v, want none", st.Ports)
+			}
+			sim.failAt = nil
+			sim.mutations()
+			mustApply(t, fs, e)
+			checkReadBack(t, fs, e)
+			ops := sim.mutations()
+			if !slices.ContainsFunc(ops, func(o string) bool { return strings.HasPrefix(o, "symlink ports/") }) {
+				t.Errorf("the port link was not made again: %q", ops)
+			}
+		})
 	}
 }
 
 func TestACLOffAndOn(t *testing.T) {
-	_, fs := newKernelSim(t)
+	sim, fs := newKernelSim(t)
 	e := fullExport(t, 1)
 	e.AllowedHosts = []string{hostA, hostB}
 	mustApply(t, fs, e)
@@ -201,10 +252,16 @@ func TestACLOffAndOn(t *testing.T) {
 		t.Errorf("unused host entries left: %+v", st.Hosts)
 	}
 
-	// On again: allow_any_host=0 before the links.
+	// On again: allow_any_host=0 before the links, inside the port link
+	// being dropped and made again, since any host may be connected.
+	sim.mutations()
 	e.Attrs.AllowAnyHost, e.AllowedHosts = false, []string{hostC}
 	mustApply(t, fs, e)
 	checkReadBack(t, fs, e)
+	ops := sim.mutations()
+	if len(ops) < 2 || !strings.HasPrefix(ops[0], "unlink ports/") || !strings.HasPrefix(ops[len(ops)-1], "symlink ports/") {
+		t.Errorf("switching the access list on: operations %q, want the port link dropped first and made again last", ops)
+	}
 }
 
 func TestAllowAnyHostWithHostsIsInvalid(t *testing.T) {

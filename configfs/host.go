@@ -10,7 +10,8 @@ import "slices"
 // linking. When the list changes with the ACL on, new hosts are linked
 // before old ones are unlinked, so a host that stays allowed is never
 // refused in between. Unlinking a host does not disconnect a controller it
-// already has: nvmet checks the list only when a host connects.
+// already has: nvmet checks the list only when a host connects (Apply
+// drops the port links around a narrowing for that; see narrows).
 //
 // linkNames maps each current host to the name of its link (Apply names
 // links after hosts; other tools may not).
@@ -49,6 +50,19 @@ func (f *FS) applyAccess(nqn string, want Export, cur Subsystem, linkNames map[s
 		}
 	}
 	return nil
+}
+
+// narrows says whether want admits a host that cur admits no more: a host
+// is unlisted, or the access list is switched on. Only then can a host
+// hold a controller it would now be refused.
+func narrows(want Export, cur Subsystem) bool {
+	switch {
+	case want.Attrs.AllowAnyHost:
+		return false
+	case cur.Attrs.AllowAnyHost:
+		return true
+	}
+	return slices.ContainsFunc(cur.AllowedHosts, func(h string) bool { return !slices.Contains(want.AllowedHosts, h) })
 }
 
 // linkHost creates hosts/<host> if needed and links it into the

@@ -287,7 +287,9 @@ func (s *Server) AllowHost(ctx context.Context, req *agentv1.AllowHostRequest) (
 	return &agentv1.AllowHostResponse{}, nil
 }
 
-// DenyHost removes a host from the subsystem's access list.
+// DenyHost removes a host from the subsystem's access list and ends the
+// connection it has: configfs.Apply drops and makes again the subsystem's
+// port links when the list narrows.
 func (s *Server) DenyHost(ctx context.Context, req *agentv1.DenyHostRequest) (*agentv1.DenyHostResponse, error) {
 	err := s.changeHosts(ctx, "DenyHost", req.GetVolumeId(), req.GetSubsystemNqn(), req.GetHostNqn(), req.GetFencingToken(), false)
 	if err != nil {

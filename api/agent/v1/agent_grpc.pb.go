@@ -137,10 +137,15 @@ type AgentServiceClient interface {
 	// Idempotent: an already allowed host is reported allowed.
 	// Codes: NOT_FOUND when the volume is not exported; the common ones.
 	AllowHost(ctx context.Context, in *AllowHostRequest, opts ...grpc.CallOption) (*AllowHostResponse, error)
-	// DenyHost removes one host NQN from the subsystem's allowed hosts.
-	// nvmet checks allowed hosts when a host connects: an association that
-	// is already established is not cut (the node disconnects when it
-	// unstages the volume).
+	// DenyHost removes one host NQN from the subsystem's allowed hosts and
+	// ends the associations the host already has. nvmet checks allowed hosts
+	// only when a host connects, so the agent drops the subsystem's port
+	// links around the change: that tears down every controller of the
+	// subsystem (nvmet schedules their release at once); the hosts still
+	// allowed reconnect by themselves within their reconnect_delay, the
+	// denied host is refused. This is what makes a force-detach safe: a
+	// node that is gone from the cluster but still running cannot keep
+	// writing to a volume published elsewhere.
 	//
 	// Idempotent: a host that is not allowed, or a volume that is not
 	// exported, is reported denied.
@@ -398,10 +403,15 @@ type AgentServiceServer interface {
 	// Idempotent: an already allowed host is reported allowed.
 	// Codes: NOT_FOUND when the volume is not exported; the common ones.
 	AllowHost(context.Context, *AllowHostRequest) (*AllowHostResponse, error)
-	// DenyHost removes one host NQN from the subsystem's allowed hosts.
-	// nvmet checks allowed hosts when a host connects: an association that
-	// is already established is not cut (the node disconnects when it
-	// unstages the volume).
+	// DenyHost removes one host NQN from the subsystem's allowed hosts and
+	// ends the associations the host already has. nvmet checks allowed hosts
+	// only when a host connects, so the agent drops the subsystem's port
+	// links around the change: that tears down every controller of the
+	// subsystem (nvmet schedules their release at once); the hosts still
+	// allowed reconnect by themselves within their reconnect_delay, the
+	// denied host is refused. This is what makes a force-detach safe: a
+	// node that is gone from the cluster but still running cannot keep
+	// writing to a volume published elsewhere.
 	//
 	// Idempotent: a host that is not allowed, or a volume that is not
 	// exported, is reported denied.
