@@ -81,6 +81,7 @@ type Cluster struct {
 
 	start   time.Time
 	daemons []*daemon
+	kubelet *daemon // nil while StopKubelet has it stopped
 	// busyboxApplets are the host busybox's applets, linked into every
 	// busybox image the harness builds.
 	busyboxApplets []string
@@ -629,16 +630,48 @@ func (c *Cluster) startNode(ctx context.Context) error {
 	if err := os.WriteFile(kcfg, []byte(kubeletConfig(c.dir("pki", "ca.crt"), c.NodeIP)), 0o644); err != nil {
 		return err
 	}
-	if _, err := c.startDaemon("kubelet", "kubelet",
+	d, err := c.startDaemon("kubelet", "kubelet",
 		"--config="+kcfg,
 		"--kubeconfig="+c.dir("kubelet.kubeconfig"),
 		"--hostname-override="+c.NodeName,
 		"--node-ip="+c.NodeIP,
 		"--v=1",
-	); err != nil {
+	)
+	if err != nil {
 		return err
 	}
+	c.kubelet = d
 	return nil
+}
+
+// StopKubelet stops the main guest's kubelet and nothing else: the pods'
+// containers run on, with their mounts and NVMe/TCP connections. To the
+// cluster the node is gone (NotReady once its lease lapses), while on the
+// node everything goes on, as on a node cut off from the control plane or
+// whose kubelet died. StartKubelet brings it back.
+func (c *Cluster) StopKubelet() error {
+	d := c.kubelet
+	if d == nil {
+		return errors.New("stop the kubelet: it is not running")
+	}
+	c.kubelet = nil
+	// Waits must not take the stop for a crash.
+	c.daemons = slices.DeleteFunc(c.daemons, func(x *daemon) bool { return x == d })
+	return d.stop(daemonGrace)
+}
+
+// StartKubelet starts the main guest's kubelet again after StopKubelet
+// and waits for the node to be Ready.
+func (c *Cluster) StartKubelet(ctx context.Context) error {
+	if c.kubelet != nil {
+		return errors.New("start the kubelet: it is running")
+	}
+	if err := c.startNode(ctx); err != nil {
+		return err
+	}
+	return c.waitFor(ctx, "node "+c.NodeName+" Ready", 10*time.Minute, func(ctx context.Context) error {
+		return c.nodeReady(ctx, c.NodeName)
+	})
 }
 
 // startProxy starts kube-proxy. It runs once the node is registered:

@@ -44,9 +44,11 @@ func imageRef(root, name string) (repo, tag string, err error) {
 
 // labValues are the chart values the lab adds to the quickstart's, and
 // only those: the images make images built (no registry: pullPolicy
-// Never), and leader-election deadlines long enough for an API server
-// under emulation. Everything else is the quickstart's or the chart's
-// default, which is what the install proves.
+// Never), leader-election deadlines long enough for an API server under
+// emulation, and tolerations that let the controller's pods stand for a
+// controller on another node when a test loses the one worker.
+// Everything else is the quickstart's or the chart's default, which is
+// what the install proves.
 func labValues(root string) (string, error) {
 	img := map[string]string{}
 	for _, n := range []string{"pillar-controller", "pillar-agent", "pillar-node", "csi-provisioner", "csi-attacher", "csi-resizer"} {
@@ -62,6 +64,14 @@ func labValues(root string) (string, error) {
   # with the chart's 10 s renew deadline the leaders lost their Leases,
   # exited and restarted in a loop.
   leaderElection: {leaseDuration: 60s, renewDeadline: 45s, retryPeriod: 10s}
+  # One node is worker and control plane here. When TestWorkerLostForceDetach
+  # marks it out of service, its pods are deleted, and a deleted pod's
+  # service-account token stops working: pillar-controller and
+  # csi-attacher, which must carry out the force-detach, would be cut off
+  # from the API server. In a real cluster they run on another node.
+  tolerations:
+  - {key: node.kubernetes.io/out-of-service, operator: Exists, effect: NoExecute}
+  - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute}
   provisioner: {image: %s}
   attacher: {image: %s}
   resizer: {image: %s}
