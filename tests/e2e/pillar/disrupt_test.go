@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,7 +39,7 @@ const provisionerLease = "pillar-csi-io"
 func TestAgentKilledMidProvisioning(t *testing.T) {
 	c := setup(t)
 	pod := kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "-o", "jsonpath={.items[0].metadata.name}")
-	killMidCreate(t, c, "agent", pod)
+	midCreate(t, c, "agent killed", pod, killPod)
 }
 
 // TestControllerLeaderKilledMidCreate kills the pillar-controller pod
@@ -52,6 +53,75 @@ func TestAgentKilledMidProvisioning(t *testing.T) {
 // orphaned.
 func TestControllerLeaderKilledMidCreate(t *testing.T) {
 	c := setup(t)
+	midCreate(t, c, "controller leader killed", provisionerLeader(t, c), killPod)
+}
+
+// TestStaleControllerChangesNothing freezes the pillar-controller pod
+// serving CreateVolume (every process of it, pillar-controller and its
+// sidecars, with cgroup v2's freezer) at the same point: the backend
+// create in flight at the agent, nothing recorded as done. Its Leases
+// lapse and the other replica's csi-provisioner takes over; the moment it
+// holds the provisioner Lease the frozen pod is thawed, and runs on as a
+// controller that has lost its leadership without knowing it, with a
+// CreateVolume in flight and the fencing token it was issued, racing the
+// new leader's retry. Whatever the stale one does (its agent call is
+// answered or refused by the agent's fencing, its record writes lose
+// their compare-and-swap) it must change nothing: the claim binds to one
+// whole volume, exactly one zvol, and deleting the claim leaves nothing.
+func TestStaleControllerChangesNothing(t *testing.T) {
+	c := setup(t)
+	leader := provisionerLeader(t, c)
+	restarts := kubectl(t, c, "get", "pod", "-n", deploy.Namespace, leader, "-o", `jsonpath={range .status.containerStatuses[*]}{.name}={.restartCount} {end}`)
+	midCreate(t, c, "controller leader frozen", leader, func(t *testing.T, c *cluster.Cluster, podCgroup string) (settle func()) {
+		freeze := filepath.Join(podCgroup, "cgroup.freeze")
+		if err := os.WriteFile(freeze, []byte("1"), 0o644); err != nil {
+			t.Fatalf("freeze pod %s: %v", leader, err)
+		}
+		thawed := make(chan struct{})
+		thaw := sync.OnceFunc(func() {
+			if err := os.WriteFile(freeze, []byte("0"), 0o644); err != nil {
+				t.Errorf("thaw pod %s: %v", leader, err)
+			}
+			close(thawed)
+		})
+		t.Cleanup(thaw)
+		t0 := time.Now()
+		go func() {
+			defer thaw()
+			for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+				out, err := c.Kubectl(context.Background(), nil, "get", "lease", "-n", deploy.Namespace, provisionerLease, "-o", "jsonpath={.spec.holderIdentity}")
+				if h := strings.TrimSpace(string(out)); err == nil && h != "" && !strings.HasPrefix(h, leader) {
+					t.Logf("the provisioner Lease went to %s %v after the freeze; thawing %s", h, time.Since(t0).Round(time.Second), leader)
+					return
+				}
+			}
+			t.Logf("the provisioner Lease did not change hands in 10 minutes; thawing %s", leader)
+		}()
+		// The checks wait until the stale pod has run for a while after
+		// its thaw: whatever it does, it does before them.
+		return func() {
+			<-thawed
+			time.Sleep(staleRun)
+			// What the stale pod did: its containers exit when they find
+			// their Leases lost (restarts since the freeze), and its
+			// pillar-controller's log since the freeze.
+			logKubectl(t, c, "get", "pod", "-n", deploy.Namespace, leader, "-o",
+				`jsonpath={range .status.containerStatuses[*]}{.name}: {.restartCount} restarts, now {.state}{"\n"}{end}`)
+			t.Logf("restart counts before the freeze: %s", restarts)
+			logKubectl(t, c, "get", "events", "-A", "--field-selector", "reason=FencingRefused")
+			logKubectl(t, c, "logs", "-n", deploy.Namespace, leader, "-c", "pillar-controller", "--since-time="+t0.UTC().Format(time.RFC3339))
+		}
+	})
+}
+
+// staleRun is how long the thawed controller runs before the checks.
+const staleRun = 30 * time.Second
+
+// provisionerLeader is the pillar-controller pod whose csi-provisioner
+// holds the provisioner Lease: the one serving CreateVolume. The test
+// needs the chart's default of two replicas.
+func provisionerLeader(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
 	replicas := kubectl(t, c, "get", "deployment", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=controller", "-o", "jsonpath={.items[0].status.readyReplicas}")
 	if replicas != "2" {
 		t.Fatalf("pillar-controller has %q ready replicas; the test needs the chart's default of 2", replicas)
@@ -60,11 +130,20 @@ func TestControllerLeaderKilledMidCreate(t *testing.T) {
 	pods := strings.Fields(kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=controller", "-o", "jsonpath={.items[*].metadata.name}"))
 	for _, p := range pods {
 		if strings.HasPrefix(holder, p) {
-			killMidCreate(t, c, "controller", p)
-			return
+			return p
 		}
 	}
 	t.Fatalf("the provisioner Lease is held by %q, which is none of the controller pods %v", holder, pods)
+	return ""
+}
+
+// killPod SIGKILLs every process of the pod in podCgroup at once, with
+// cgroup v2's cgroup.kill.
+func killPod(t *testing.T, _ *cluster.Cluster, podCgroup string) (settle func()) {
+	if err := os.WriteFile(filepath.Join(podCgroup, "cgroup.kill"), []byte("1"), 0o644); err != nil {
+		t.Fatalf("kill pod in %s: %v", podCgroup, err)
+	}
+	return func() {}
 }
 
 // backendCreateInFlight is the kill point: the record exists at the
@@ -75,11 +154,13 @@ func backendCreateInFlight(v *v1alpha1.PillarVolumeState) bool {
 	return v.Spec.PublicationGeneration >= 1 && !v.Status.BackendCreated
 }
 
-// killMidCreate creates a ZFS claim, kills every process of pod (in the
-// release's namespace) the moment a watch shows the volume's record at
+// midCreate creates a ZFS claim, does act to pod (in the release's
+// namespace) the moment a watch shows the volume's record at
 // backendCreateInFlight, and then checks that the claim binds to a whole
-// volume and that deleting it leaves nothing.
-func killMidCreate(t *testing.T, c *cluster.Cluster, what, pod string) {
+// volume and, once the claim is bound and the settle act returned has
+// run, that it is one whole volume and that deleting it leaves nothing.
+// what names the act in the figures.
+func midCreate(t *testing.T, c *cluster.Cluster, what, pod string, act func(t *testing.T, c *cluster.Cluster, podCgroup string) (settle func())) {
 	ns := testNamespace(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -106,19 +187,16 @@ func killMidCreate(t *testing.T, c *cluster.Cluster, what, pod string) {
 			t.Fatalf("the backend create of %s did not start: %v", volumeID, ctx.Err())
 		}
 	}
-	// cgroup v2's cgroup.kill SIGKILLs every process of the pod at once.
-	if err := os.WriteFile(filepath.Join(podCgroup, "cgroup.kill"), []byte("1"), 0o644); err != nil {
-		t.Fatalf("kill pod %s: %v", pod, err)
-	}
-	killed := time.Since(t0)
-	t.Logf("%s pod %s killed %v after the claim was created: record at generation %d, backendCreated %v, exported %v",
-		what, pod, killed.Round(time.Millisecond), seen.Spec.PublicationGeneration, seen.Status.BackendCreated, seen.Status.Exported)
+	settle := act(t, c, podCgroup)
+	t.Logf("%s: pod %s, %v after the claim was created: record at generation %d, backendCreated %v, exported %v",
+		what, pod, time.Since(t0).Round(time.Millisecond), seen.Spec.PublicationGeneration, seen.Status.BackendCreated, seen.Status.Exported)
 	if ok, err := zvolExists(ctx, volumeID); err == nil {
-		t.Logf("right after the kill the zvol of %s exists: %v", volumeID, ok)
+		t.Logf("right after that the zvol of %s exists: %v", volumeID, ok)
 	}
 
 	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 10*time.Minute)
-	record(t, what+" killed mid-CreateVolume: PVC Bound", time.Since(t0))
+	record(t, what+" mid-CreateVolume: PVC Bound", time.Since(t0))
+	settle()
 	logKubectl(t, c, "describe", "pvc", "-n", ns, "data")
 	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
 	if got := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}"); got != volumeID {
@@ -133,7 +211,7 @@ func killMidCreate(t *testing.T, c *cluster.Cluster, what, pod string) {
 		t.Errorf("%d zvols on the storage node, want exactly the claim's one", n)
 	}
 	logKubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-o", "wide")
-	deleteClaim(t, c, ns, pv, volumeID, zvolExists, what+" killed mid-CreateVolume")
+	deleteClaim(t, c, ns, pv, volumeID, zvolExists, what+" mid-CreateVolume")
 	if n := zvolCount(t); n != 0 {
 		t.Errorf("%d zvols left on the storage node after the claim's deletion", n)
 	}
