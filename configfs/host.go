@@ -52,9 +52,9 @@ func (f *FS) applyAccess(nqn string, want Export, cur Subsystem, linkNames map[s
 	return nil
 }
 
-// narrows says whether want admits a host that cur admits no more: a host
-// is unlisted, or the access list is switched on. Only then can a host
-// hold a controller it would now be refused.
+// narrows says whether want refuses a host that cur admits: a host is
+// unlisted, or the access list is switched on. Only then can a host hold
+// a controller it would now be refused.
 func narrows(want Export, cur Subsystem) bool {
 	switch {
 	case want.Attrs.AllowAnyHost:

@@ -61,10 +61,10 @@ e2e: pillar-lab images cluster-tools $(BIN)/e2e.test ## Boot a one-node Kubernet
 # slow day, and the time limit makes a hang fail here, with its output,
 # rather than at CI's own limit. make e2e runs every suite under
 # tests/e2e in one guest (the agent and the serving controller killed
-# mid-CreateVolume, the volume
-# lifecycles, the hostPath baseline and csi-sanity among them), make
-# e2e-two the tests that need two kernels, make e2e-full the whole
-# external-storage suite.
+# mid-CreateVolume, that controller frozen and thawed, the worker lost and
+# force-detached, the volume lifecycles, the hostPath baseline and
+# csi-sanity among them), make e2e-two the tests that need two kernels,
+# make e2e-full the whole external-storage suite.
 E2E_CI_RUN ?= ^(TestInstall|TestQuickstart|TestExportSpecMissingRecovery|TestStorageNodeRestart|TestExternalStorage)$$
 
 .PHONY: e2e-ci

@@ -11,9 +11,11 @@
 //
 // Besides the volume lifecycles, the suite restarts the storage node's
 // agent with its exports wiped while a pod writes, kills the agent and the
-// serving controller replica in the middle of a CreateVolume, runs
-// csi-sanity against the installed driver's sockets, and runs Kubernetes'
-// own external-storage e2e suite (bin/e2e.test) with
+// serving controller replica in the middle of a CreateVolume (and freezes
+// that replica there, thawing it after the takeover), loses the worker
+// under a writing pod and force-detaches its volume, runs csi-sanity
+// against the installed driver's sockets, and runs Kubernetes' own
+// external-storage e2e suite (bin/e2e.test) with
 // testdata/external-driver.yaml.
 //
 // The tests carry the kernel build tag and run with make e2e (all of

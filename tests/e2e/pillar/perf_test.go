@@ -6,13 +6,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
+	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 )
 
 // The sizes of TestPerformance's two parts; make e2e-perf runs the
@@ -92,7 +96,7 @@ func TestPerformance(t *testing.T) {
 		}
 		t0 := time.Now()
 		apply(t, c, base.String())
-		baseline := waitAll(t, c, ns, "pods", "hostpath-", n, "Running", 20*time.Minute)
+		baseline := waitAll(t, c, ns, n, t0, 20*time.Minute, phaseWait{"pods", "hostpath-", "Running"})[0]
 		record(t, fmt.Sprintf("parallel x%d: every hostPath pod Running", n), time.Since(t0))
 		deletePods(t, c, ns)
 
@@ -104,10 +108,14 @@ func TestPerformance(t *testing.T) {
 		}
 		t1 := time.Now()
 		apply(t, c, all.String())
-		bound := waitAll(t, c, ns, "pvc", "data-", n, "Bound", 30*time.Minute)
-		record(t, fmt.Sprintf("parallel x%d: every PVC Bound", n), time.Since(t1))
-		running := waitAll(t, c, ns, "pods", "pod-data-", n, "Running", 30*time.Minute)
-		record(t, fmt.Sprintf("parallel x%d: every PVC pod Running", n), time.Since(t1))
+		// One poll watches both, so that a pod Running before the last
+		// claim is Bound is timed when it is.
+		got := waitAll(t, c, ns, n, t1, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"}, phaseWait{"pods", "pod-data-", "Running"})
+		bound, running := got[0], got[1]
+		record(t, fmt.Sprintf("parallel x%d: every PVC Bound", n), slices.Max(bound))
+		record(t, fmt.Sprintf("parallel x%d: every PVC pod Running", n), slices.Max(running))
+		logEventSummary(t, c, ns)
+		logControllerMetrics(t, c)
 		reportPercentiles(t, fmt.Sprintf("parallel x%d: hostPath pod Running", n), baseline, nil)
 		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC Bound", n), bound, nil)
 		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC pod Running", n), running, baseline)
@@ -127,42 +135,121 @@ func hostPathDir(t *testing.T) string {
 	return dir
 }
 
-// waitAll polls the objects of kind in ns whose names start with prefix
-// until n of them are in phase, and returns, for each, how long after the
-// call it was first seen there. A pod that fails, or a timeout, fails the
-// test with the phases last seen.
-func waitAll(t *testing.T, c *cluster.Cluster, ns, kind, prefix string, n int, phase string, timeout time.Duration) []time.Duration {
+// phaseWait names the objects waitAll waits for: those of kind whose
+// names start with prefix, until they are in phase.
+type phaseWait struct{ kind, prefix, phase string }
+
+// waitAll polls, every 2 s and in one loop, each group of objects in ns
+// until n objects of every group are in the group's phase, and returns,
+// for each group, how long after since each object was first seen
+// there. A pod that fails, or a timeout, fails the test with the phases
+// last seen.
+func waitAll(t *testing.T, c *cluster.Cluster, ns string, n int, since time.Time, timeout time.Duration, waits ...phaseWait) [][]time.Duration {
 	t.Helper()
-	t0 := time.Now()
-	seen := map[string]time.Duration{}
-	poll(t, fmt.Sprintf("%d %s %s in %s", n, kind, phase, ns), timeout, 2*time.Second, func() (bool, string) {
-		out, err := c.Kubectl(context.Background(), nil, "get", kind, "-n", ns, "-o",
-			`jsonpath={range .items[*]}{.metadata.name}{" "}{.status.phase}{"\n"}{end}`)
-		if err != nil {
-			return false, err.Error()
-		}
-		phases := map[string]int{}
-		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-			name, p, _ := strings.Cut(l, " ")
-			if !strings.HasPrefix(name, prefix) {
-				continue
-			}
-			phases[p]++
-			if p == "Failed" {
-				logKubectl(t, c, "describe", kind, "-n", ns, name)
-				t.Fatalf("%s/%s failed", kind, name)
-			}
-			if _, ok := seen[name]; !ok && p == phase {
-				seen[name] = time.Since(t0)
-			}
-		}
-		return len(seen) == n, fmt.Sprintf("%d of %d; phases %v", len(seen), n, phases)
-	})
-	ds := make([]time.Duration, 0, n)
-	for _, d := range seen {
-		ds = append(ds, d)
+	seen := make([]map[string]time.Duration, len(waits))
+	for i := range seen {
+		seen[i] = map[string]time.Duration{}
 	}
-	return ds
+	poll(t, fmt.Sprintf("%d of each of %v in %s", n, waits, ns), timeout, 2*time.Second, func() (bool, string) {
+		done, states := true, ""
+		for i, w := range waits {
+			out, err := c.Kubectl(context.Background(), nil, "get", w.kind, "-n", ns, "-o",
+				`jsonpath={range .items[*]}{.metadata.name}{" "}{.status.phase}{"\n"}{end}`)
+			if err != nil {
+				return false, err.Error()
+			}
+			phases := map[string]int{}
+			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				name, p, _ := strings.Cut(l, " ")
+				if !strings.HasPrefix(name, w.prefix) {
+					continue
+				}
+				phases[p]++
+				if p == "Failed" {
+					logKubectl(t, c, "describe", w.kind, "-n", ns, name)
+					t.Fatalf("%s/%s failed", w.kind, name)
+				}
+				if _, ok := seen[i][name]; !ok && p == w.phase {
+					seen[i][name] = time.Since(since)
+				}
+			}
+			done = done && len(seen[i]) == n
+			states += fmt.Sprintf("%s %s: %d of %d, phases %v; ", w.kind, w.phase, len(seen[i]), n, phases)
+		}
+		return done, states
+	})
+	out := make([][]time.Duration, len(waits))
+	for i := range waits {
+		for _, d := range seen[i] {
+			out[i] = append(out[i], d)
+		}
+	}
+	return out
+}
+
+// objectNames matches what makes one object's event message differ from
+// another's: volume IDs, UUIDs and host NQNs, and kubelet's pod names.
+var objectNames = regexp.MustCompile(`pvc-[0-9a-f-]{36}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"[a-z0-9-]+_[a-z0-9-]+\([^)]*\)"`)
+
+// logEventSummary logs how many events of each reason the objects of ns
+// got, with each distinct message (object names left out, cut at 400
+// bytes): where the time of a slow run went, in the words of the sidecars
+// and the driver.
+func logEventSummary(t *testing.T, c *cluster.Cluster, ns string) {
+	t.Helper()
+	out, err := c.Kubectl(context.Background(), nil, "get", "events", "-n", ns, "-o",
+		`jsonpath={range .items[*]}{.reason}{"\t"}{.count}{"\t"}{.message}{"\n"}{end}`)
+	if err != nil {
+		t.Logf("events of %s: %v", ns, err)
+		return
+	}
+	counts := map[string]int{}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.SplitN(l, "\t", 3)
+		if len(f) != 3 {
+			continue
+		}
+		n, err := strconv.Atoi(f[1])
+		if err != nil || n == 0 {
+			n = 1
+		}
+		msg := objectNames.ReplaceAllString(f[2], "…")
+		if len(msg) > 400 {
+			msg = msg[:400] + "…"
+		}
+		counts[f[0]+": "+msg] += n
+	}
+	keys := slices.Sorted(maps.Keys(counts))
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%6d  %s\n", counts[k], k)
+	}
+	t.Logf("events in %s by reason and message:\n%s", ns, b.String())
+}
+
+// logControllerMetrics logs the CSI operations each pillar-controller
+// replica served, by method and code, with their total time: the
+// _count and _sum series of its /metrics, read through the API server's
+// pod proxy.
+func logControllerMetrics(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	pods := strings.Fields(kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=controller", "-o", "jsonpath={.items[*].metadata.name}"))
+	for _, p := range pods {
+		out, err := c.Kubectl(context.Background(), nil, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:9430/proxy/metrics", deploy.Namespace, p))
+		if err != nil {
+			t.Logf("metrics of %s: %v", p, err)
+			continue
+		}
+		var keep []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if strings.HasPrefix(l, "pillar_controller_csi_operation_duration_seconds_count") ||
+				strings.HasPrefix(l, "pillar_controller_csi_operation_duration_seconds_sum") ||
+				strings.HasPrefix(l, "pillar_controller_fencing_rejections_total") {
+				keep = append(keep, l)
+			}
+		}
+		t.Logf("CSI operations served by %s:\n%s", p, strings.Join(keep, "\n"))
+	}
 }
 
 // deleteAll deletes the test's pods and claims, records how long until
