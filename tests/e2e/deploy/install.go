@@ -84,11 +84,16 @@ node:
 }
 
 // installReplacements are the changes the lab makes to the quickstart's
-// install: its storage node's name, and the values file of labValues.
-func installReplacements(node, valuesFile string) []string {
+// install: its storage node's name, and the values files (labValues',
+// then any a run adds).
+func installReplacements(node string, valuesFiles ...string) []string {
+	install := "helm install pillar-csi deploy/charts/pillar-csi"
+	for _, f := range valuesFiles {
+		install += " -f " + f
+	}
 	return []string{
 		"NODE=storage-node-1", "NODE=" + node,
-		"helm install pillar-csi deploy/charts/pillar-csi", "helm install pillar-csi deploy/charts/pillar-csi -f " + valuesFile,
+		"helm install pillar-csi deploy/charts/pillar-csi", install,
 	}
 }
 
@@ -110,7 +115,10 @@ func StorageNode(c *cluster.Cluster) string {
 // still run there, but workloads and the controller go to the main
 // guest's node, so that every volume crosses the link between the two
 // kernels, and the storage node's power cut leaves the controller up.
-func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer) error {
+//
+// extraValues are values files applied after the lab's, for a run that
+// measures another setting than the chart's default.
+func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer, extraValues ...string) error {
 	step := NewStepLog(log)
 	node := StorageNode(c)
 	if c.PeerName != "" {
@@ -127,7 +135,14 @@ func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer
 		return err
 	}
 	fmt.Fprintf(log, "%s:\n%s", vf, values)
-	script, err := QuickstartScript(root, QuickstartInstall, installReplacements(node, vf)...)
+	for _, f := range extraValues {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("extra values: %w", err)
+		}
+		fmt.Fprintf(log, "%s:\n%s", f, b)
+	}
+	script, err := QuickstartScript(root, QuickstartInstall, installReplacements(node, append([]string{vf}, extraValues...)...)...)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ package pillar_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -105,13 +106,22 @@ func setup(t *testing.T) *cluster.Cluster {
 	return c
 }
 
+// installValues is a values file applied after the lab's, e.g. to
+// measure TestPerformance with another provisioner timeout than the
+// chart's (make e2e-perf E2EFLAGS=-install.values=FILE).
+var installValues = flag.String("install.values", "", "a Helm values file applied after the lab's when the chart is installed")
+
 // installOnce installs the driver the first time it is called. The
 // install's record (helm's output, what kubectl get shows at each step)
 // goes to the run's output as it happens: an install can take many
 // minutes in a busy guest.
 func installOnce(c *cluster.Cluster) {
 	lab.installOnce.Do(func() {
-		lab.installErr = deploy.Install(context.Background(), c, lab.root, os.Stdout)
+		var extra []string
+		if *installValues != "" {
+			extra = append(extra, *installValues)
+		}
+		lab.installErr = deploy.Install(context.Background(), c, lab.root, os.Stdout, extra...)
 		cluster.WriteCPUTop(os.Stdout, 12)
 	})
 }
