@@ -2,7 +2,9 @@ package configfs
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"syscall"
 )
 
@@ -18,11 +20,13 @@ import (
 // the access list switched on) also takes away the controllers hosts
 // already have: nvmet checks the list only when a host connects, so Apply
 // drops the subsystem's port links before it changes the list and links
-// them again after. Dropping a port link tears down the subsystem's
-// controllers on that port; a host still listed reconnects (its initiator
-// retries every reconnect_delay), a host no longer listed is refused. The
-// links go first so that an Apply interrupted in between is still a
-// narrowing when it is applied again, and drops them again.
+// the same ports again after, holding their locks in between. Dropping a
+// port link tears down the subsystem's controllers on that port; a host
+// still listed reconnects (its initiator retries every reconnect_delay), a
+// host no longer listed is refused. When the list cannot be changed, the
+// links are made again before Apply returns the error. Only a process that
+// dies in between leaves the subsystem unlinked; applying the export again
+// (with its ports) links it.
 //
 // Apply works in the order the kernel requires: subsystem attributes,
 // namespaces, access control, then port links, so that an initiator never
@@ -69,17 +73,16 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 		return err
 	}
 
-	revoke := !fresh && narrows(want, cur)
 	steps := []func() error{
 		func() error { return f.applySubsystemAttrs(nqn, want.Attrs, cur.Attrs, fresh) },
 		func() error { return f.applyNamespaces(nqn, want.Namespaces, cur.Namespaces, names) },
 		func() error {
-			if !revoke {
-				return nil
+			access := func() error { return f.applyAccess(nqn, want, cur, names.hosts, fresh) }
+			if fresh || !narrows(want, cur) {
+				return access()
 			}
-			return f.unlinkPorts(nqn, false)
+			return f.revoking(nqn, want.Ports, access)
 		},
-		func() error { return f.applyAccess(nqn, want, cur, names.hosts, fresh) },
 		func() error { return f.applyPorts(nqn, want.Ports, fresh) },
 	}
 	for _, step := range steps {
@@ -91,6 +94,59 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 		}
 	}
 	return nil
+}
+
+// revoking runs change (a narrowing of the access list) with the
+// subsystem unlinked from its ports, which tears down every controller it
+// has: links to a port in want are dropped and, once change has run
+// (whether or not it succeeded), made again to the same port; a port not
+// in want is unlinked for good, as applyPorts would. The locks of the
+// ports in want are held throughout, in key order, so that no other
+// subsystem's Remove takes a port away in between.
+func (f *FS) revoking(nqn string, want []Address, change func() error) error {
+	linked, err := f.linkedPorts(nqn)
+	if err != nil {
+		return err
+	}
+	var keep []portLink
+	for _, p := range linked {
+		if slices.Contains(want, p.addr) {
+			keep = append(keep, p)
+			continue
+		}
+		unlock := f.ports.lock(p.addr.key())
+		err := f.unlinkPort(p.name, p.link)
+		unlock()
+		if err != nil {
+			return err
+		}
+	}
+	slices.SortFunc(keep, func(a, b portLink) int { return strings.Compare(a.addr.key(), b.addr.key()) })
+	keep = slices.CompactFunc(keep, func(a, b portLink) bool { return a.addr.key() == b.addr.key() })
+	for _, p := range keep {
+		unlock := f.ports.lock(p.addr.key())
+		defer unlock()
+	}
+	var dropped []portLink
+	for _, p := range keep {
+		if err := f.sys.unlink(f.portSubsystemLink(p.name, p.link)); err != nil && !IsNotExist(err) {
+			return errors.Join(err, f.relink(nqn, dropped))
+		}
+		dropped = append(dropped, p)
+	}
+	return errors.Join(change(), f.relink(nqn, dropped))
+}
+
+// relink links the subsystem again to each port revoking dropped it from.
+func (f *FS) relink(nqn string, ports []portLink) error {
+	var errs []error
+	for _, p := range ports {
+		err := f.sys.symlink(f.subsystemDir(nqn), f.portSubsystemLink(p.name, nqn))
+		if err != nil && !IsExist(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // applyPorts links the subsystem to a port for each wanted address and
@@ -128,33 +184,6 @@ func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
 	return nil
 }
 
-// unlinkPorts drops every link of the subsystem from a port, which tears
-// down the subsystem's controllers on that port. With removeUnused, a port
-// nothing else links is removed too; without, it stays for the subsystem
-// to be linked again.
-func (f *FS) unlinkPorts(nqn string, removeUnused bool) error {
-	ports, err := f.linkedPorts(nqn)
-	if err != nil {
-		return err
-	}
-	for _, p := range ports {
-		unlock := f.ports.lock(p.addr.key())
-		if removeUnused {
-			err = f.unlinkPort(p.name, p.link)
-		} else {
-			err = f.sys.unlink(f.portSubsystemLink(p.name, p.link))
-			if IsNotExist(err) {
-				err = nil
-			}
-		}
-		unlock()
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Remove deletes the subsystem nqn completely: its links from ports (and
 // each port nothing else uses any more), its allowed-host links (and each
 // host entry no other subsystem links), its namespaces and the subsystem
@@ -182,8 +211,17 @@ func (f *FS) Remove(ctx context.Context, nqn string) error {
 
 	// Port links first: the kernel refuses to remove a subsystem that is
 	// the target of a link (EBUSY).
-	if err := f.unlinkPorts(nqn, true); err != nil {
+	ports, err := f.linkedPorts(nqn)
+	if err != nil {
 		return err
+	}
+	for _, p := range ports {
+		unlock := f.ports.lock(p.addr.key())
+		err := f.unlinkPort(p.name, p.link)
+		unlock()
+		if err != nil {
+			return err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return &Error{Op: "remove", Path: nqn, Err: err}

@@ -200,11 +200,12 @@ func TestChangeAllowedHostsLive(t *testing.T) {
 	}
 }
 
-// A narrowing interrupted after the port links went is still a narrowing
-// when it is applied again, and one interrupted after the access list
-// changed only needs the links back: either way the links are made again
-// and no host is left with a controller it would be refused.
-func TestNarrowingInterrupted(t *testing.T) {
+// A narrowing whose access-list change fails makes the port links again
+// before it returns the error, so the subsystem stays reachable for the
+// hosts still listed; applied again, it narrows (and drops the links)
+// again. One whose links cannot be made again returns that error, and the
+// next Apply of the export makes them.
+func TestNarrowingFails(t *testing.T) {
 	for _, failOp := range []string{"unlink allowed_hosts", "symlink ports"} {
 		t.Run(failOp, func(t *testing.T) {
 			sim, fs := newKernelSim(t)
@@ -219,22 +220,60 @@ func TestNarrowingInterrupted(t *testing.T) {
 				}
 				return nil
 			}
+			sim.mutations()
 			if err := fs.Apply(context.Background(), e); !errorsIsErrno(err, syscall.EIO) {
 				t.Fatalf("Apply with injected failure = %v, want EIO", err)
 			}
-			if st := mustRead(t, fs); len(st.Ports) != 1 || len(st.Ports[0].Subsystems) != 0 {
-				t.Fatalf("after the failure the port links are %+v, want none", st.Ports)
+			if ops := sim.mutations(); len(ops) == 0 || !strings.HasPrefix(ops[0], "unlink ports/") {
+				t.Errorf("the failed narrowing did not drop the port link first: %q", ops)
+			}
+			linked := len(mustRead(t, fs).Ports[0].Subsystems) == 1
+			if want := failOp != "symlink ports"; linked != want {
+				t.Errorf("after the failure the subsystem is linked to its port: %v, want %v", linked, want)
 			}
 			sim.failAt = nil
-			sim.mutations()
 			mustApply(t, fs, e)
 			checkReadBack(t, fs, e)
-			ops := sim.mutations()
-			if !slices.ContainsFunc(ops, func(o string) bool { return strings.HasPrefix(o, "symlink ports/") }) {
-				t.Errorf("the port link was not made again: %q", ops)
+			if st := mustRead(t, fs); len(st.Ports) != 1 || len(st.Ports[0].Subsystems) != 1 {
+				t.Errorf("ports after the retry: %+v", st.Ports)
 			}
 		})
 	}
+}
+
+// A narrowing that also moves the export to another port leaves no port
+// behind, and one whose address has a second, foreign port links back to
+// the port it had.
+func TestNarrowingWithPorts(t *testing.T) {
+	t.Run("moved", func(t *testing.T) {
+		_, fs := newKernelSim(t)
+		e := fullExport(t, 1)
+		e.AllowedHosts = []string{hostA, hostB}
+		mustApply(t, fs, e)
+		e.AllowedHosts, e.Ports = []string{hostB}, []Address{tcp4421}
+		mustApply(t, fs, e)
+		checkReadBack(t, fs, e)
+		if st := mustRead(t, fs); len(st.Ports) != 1 || st.Ports[0].Address != tcp4421 {
+			t.Errorf("ports %+v, want only the one on %v", st.Ports, tcp4421)
+		}
+	})
+	t.Run("same port", func(t *testing.T) {
+		sim, fs := newKernelSim(t)
+		e := fullExport(t, 1)
+		e.AllowedHosts = []string{hostA, hostB}
+		mustApply(t, fs, e)
+		id := mustRead(t, fs).Ports[0].ID
+		// A disabled port on the same address that sorts first, which
+		// Apply would choose for a subsystem linked nowhere.
+		foreignPort(t, sim, fs, "1", tcp4420)
+		e.AllowedHosts = []string{hostB}
+		mustApply(t, fs, e)
+		for _, p := range mustRead(t, fs).Ports {
+			if linked := len(p.Subsystems) == 1; linked != (p.ID == id) {
+				t.Errorf("port %d has links %v; the subsystem belongs on port %d", p.ID, p.Subsystems, id)
+			}
+		}
+	})
 }
 
 func TestACLOffAndOn(t *testing.T) {

@@ -11,7 +11,7 @@ import "slices"
 // before old ones are unlinked, so a host that stays allowed is never
 // refused in between. Unlinking a host does not disconnect a controller it
 // already has: nvmet checks the list only when a host connects (Apply
-// drops the port links around a narrowing for that; see narrows).
+// drops the port links around a narrowing for that; see revoking).
 //
 // linkNames maps each current host to the name of its link (Apply names
 // links after hosts; other tools may not).

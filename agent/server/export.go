@@ -354,6 +354,13 @@ func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *
 			// nvmet refuses access-list links while allow_any_host is
 			// set, and every host may connect anyway.
 			return nil
+		case allow && len(e.Ports) == 0:
+			// An export linked to no port: an ExportVolume that failed
+			// half-way, or an agent that died while a narrowing had
+			// the links dropped. The host could not connect; the
+			// retried ExportVolume, or the controller's Reconcile of
+			// the restarted agent, links it again.
+			return status.Errorf(codes.Unavailable, "%s volume %q: the export is linked to no port yet (an export or access change did not finish); retry once it is exported again", op, id)
 		}
 		has := slices.Contains(e.AllowedHosts, host)
 		switch {

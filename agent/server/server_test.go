@@ -792,3 +792,29 @@ func TestGetAgentInfo(t *testing.T) {
 			r2.GetInstanceId(), r.GetInstanceId(), r2.GetBootId())
 	}
 }
+
+// AllowHost on an export linked to no port (an ExportVolume that failed
+// half-way, or an agent that died in the middle of a narrowing) reports
+// UNAVAILABLE instead of a publication no host could use; DenyHost there
+// succeeds, as no host can be connected.
+func TestAllowHostOnAnExportWithoutPort(t *testing.T) {
+	h := newHarness(t)
+	const id = "pvc-portless"
+	tk := tok(uid1, 1)
+	h.mustCreateExport(id, tk, true)
+	nqn := export.SubsystemNQNPrefix + id
+	h.nv.mu.Lock()
+	e := h.nv.exports[nqn]
+	e.Ports = nil
+	h.nv.exports[nqn] = e
+	h.nv.mu.Unlock()
+	_, err := h.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tk, VolumeId: id, HostNqn: "nqn.2014-08.org.example:w1"})
+	wantCode(t, "AllowHost on an export linked to no port", err, codes.Unavailable)
+	if _, err := h.c.DenyHost(ctxT(t), &agentv1.DenyHostRequest{FencingToken: tk, VolumeId: id, HostNqn: "nqn.2014-08.org.example:w1"}); err != nil {
+		t.Errorf("DenyHost on an export linked to no port: %v", err)
+	}
+	h.mustCreateExport(id, tk, true)
+	if _, err := h.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tk, VolumeId: id, HostNqn: "nqn.2014-08.org.example:w1"}); err != nil {
+		t.Errorf("AllowHost once exported again: %v", err)
+	}
+}
