@@ -657,7 +657,10 @@ func (c *Cluster) StopKubelet() error {
 	c.kubelet = nil
 	// Waits must not take the stop for a crash.
 	c.daemons = slices.DeleteFunc(c.daemons, func(x *daemon) bool { return x == d })
-	return d.stop(daemonGrace)
+	if err := d.stop(daemonGrace); err != nil && !errors.Is(err, errKilled) {
+		return err
+	}
+	return nil
 }
 
 // StartKubelet starts the main guest's kubelet again after StopKubelet

@@ -84,15 +84,28 @@ func TestStaleControllerChangesNothing(t *testing.T) {
 			}
 			close(thawed)
 		})
-		t.Cleanup(thaw)
+		// The watcher below ends before the test does, whichever way it
+		// ends: a test that fails before the takeover thaws the pod here.
+		stop, watched := make(chan struct{}), make(chan struct{})
+		t.Cleanup(func() {
+			close(stop)
+			<-watched
+			thaw()
+		})
 		t0 := time.Now()
 		go func() {
+			defer close(watched)
 			defer thaw()
-			for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+			for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); {
 				out, err := c.Kubectl(context.Background(), nil, "get", "lease", "-n", deploy.Namespace, provisionerLease, "-o", "jsonpath={.spec.holderIdentity}")
 				if h := strings.TrimSpace(string(out)); err == nil && h != "" && !strings.HasPrefix(h, leader) {
 					t.Logf("the provisioner Lease went to %s %v after the freeze; thawing %s", h, time.Since(t0).Round(time.Second), leader)
 					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(time.Second):
 				}
 			}
 			t.Logf("the provisioner Lease did not change hands in 10 minutes; thawing %s", leader)

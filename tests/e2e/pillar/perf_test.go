@@ -188,12 +188,13 @@ func waitAll(t *testing.T, c *cluster.Cluster, ns string, n int, since time.Time
 }
 
 // objectNames matches what makes one object's event message differ from
-// another's: volume IDs, UUIDs and host NQNs, and kubelet's pod names.
-var objectNames = regexp.MustCompile(`pvc-[0-9a-f-]{36}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"[a-z0-9-]+_[a-z0-9-]+\([^)]*\)"`)
+// another's: volume IDs, UUIDs and host NQNs, kubelet's pod names and the
+// test's claim and pod names.
+var objectNames = regexp.MustCompile(`pvc-[0-9a-f-]{36}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"[a-z0-9-]+_[a-z0-9-]+\([^)]*\)"|(pod-data|data|hostpath)-[0-9]+`)
 
 // logEventSummary logs how many events of each reason the objects of ns
 // got, with each distinct message (object names left out, cut at 400
-// bytes): where the time of a slow run went, in the words of the sidecars
+// characters): where the time of a slow run went, in the words of the sidecars
 // and the driver.
 func logEventSummary(t *testing.T, c *cluster.Cluster, ns string) {
 	t.Helper()
@@ -214,8 +215,8 @@ func logEventSummary(t *testing.T, c *cluster.Cluster, ns string) {
 			n = 1
 		}
 		msg := objectNames.ReplaceAllString(f[2], "…")
-		if len(msg) > 400 {
-			msg = msg[:400] + "…"
+		if r := []rune(msg); len(r) > 400 {
+			msg = string(r[:400]) + "…"
 		}
 		counts[f[0]+": "+msg] += n
 	}

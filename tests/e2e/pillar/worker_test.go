@@ -82,11 +82,6 @@ func TestWorkerLostForceDetach(t *testing.T) {
 		t.Fatalf("the node's host NQN is not on the subsystem's allowed_hosts while published (%v)", err)
 	}
 
-	t0 := time.Now()
-	if err := c.StopKubelet(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kubelet stopped with %d ticks written; initiator %s is %s", len(ticks()), ctrl, controllerState(ctrl))
 	// Whatever happens next, the node must come back for the tests after
 	// this one.
 	restored := false
@@ -95,6 +90,12 @@ func TestWorkerLostForceDetach(t *testing.T) {
 			workerBack(t, c)
 		}
 	})
+	t0 := time.Now()
+	if err := c.StopKubelet(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := len(ticks())
+	t.Logf("kubelet stopped with %d ticks written; initiator %s is %s", stopped, ctrl, controllerState(ctrl))
 	wait(t, c, "", "node/"+c.NodeName, "condition=Ready=Unknown", 5*time.Minute)
 	record(t, "worker lost: node NotReady", time.Since(t0))
 	kubectl(t, c, "taint", "node", c.NodeName, outOfServiceTaint)
@@ -136,19 +137,26 @@ func TestWorkerLostForceDetach(t *testing.T) {
 		t.Errorf("the denied controller %s was live again: %s", ctrl, strings.Join(states, " → "))
 	}
 	t.Logf("initiator %s: %s", ctrl, strings.Join(states, " → "))
+	if d := cut.Sub(detached); d > 2*time.Second {
+		t.Errorf("the lost node's controller was seen torn down %v after its VolumeAttachment was gone; ControllerUnpublishVolume returned before it was", d)
+	}
 	// No write of the lost pod may reach the volume once its access is
-	// taken away. Each chunk is fsynced before its tick is logged with
-	// the time (the guest's clock, which is the test's), so a chunk that
-	// made it just before the teardown may be logged a little after it;
-	// a tick later than tickSlack after the teardown was seen is a write
-	// that went through, and the lost pod writes one a second while the
-	// states above are watched for 25 s.
+	// taken away, which ControllerUnpublishVolume did before the
+	// VolumeAttachment went. Each chunk is fsynced before its tick is
+	// logged with the time (the guest's clock, which is the test's), so a
+	// chunk that made it just before may be logged a little after; a tick
+	// later than tickSlack after the detach is a write that went through,
+	// and the lost pod writes one a second while the states above are
+	// watched for 25 s.
 	const tickSlack = 5 * time.Second
 	written := ticks()
+	if len(written) <= stopped {
+		t.Errorf("the lost pod wrote nothing after its kubelet stopped (%d ticks): the test did not lose a node that still runs", len(written))
+	}
 	for _, tk := range written {
-		if tk.unix > cut.Add(tickSlack).Unix() {
-			t.Errorf("the lost pod wrote chunk %d at %s, after its controller was torn down at %s",
-				tk.n, time.Unix(tk.unix, 0).UTC().Format(time.TimeOnly), cut.UTC().Format(time.TimeOnly))
+		if tk.unix > detached.Add(tickSlack).Unix() {
+			t.Errorf("the lost pod wrote chunk %d at %s, after its volume was detached at %s",
+				tk.n, time.Unix(tk.unix, 0).UTC().Format(time.TimeOnly), detached.UTC().Format(time.TimeOnly))
 		}
 	}
 	t.Logf("the lost pod reported %d chunks written, the last at %s; the detach was at %s",
@@ -220,7 +228,10 @@ func workerBack(t *testing.T, c *cluster.Cluster) {
 	if err := c.StartKubelet(ctx); err != nil {
 		t.Fatal(err)
 	}
-	kubectl(t, c, "taint", "node", c.NodeName, outOfServiceTaint+"-")
+	// The taint is not there when the test failed before it was set.
+	if out, err := c.Kubectl(ctx, nil, "taint", "node", c.NodeName, outOfServiceTaint+"-"); err != nil && !strings.Contains(string(out)+err.Error(), "not found") {
+		t.Errorf("remove the out-of-service taint: %v\n%s", err, out)
+	}
 	for _, component := range []string{"agent", "node", "controller"} {
 		poll(t, "pillar-csi's "+component+" pods ready", 10*time.Minute, 2*time.Second, func() (bool, string) {
 			out, err := c.Kubectl(ctx, nil, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component="+component,
