@@ -122,8 +122,10 @@ func (f *FS) revoking(nqn string, want []Address, change func() error) error {
 		}
 	}
 	slices.SortFunc(keep, func(a, b portLink) int { return strings.Compare(a.addr.key(), b.addr.key()) })
-	keep = slices.CompactFunc(keep, func(a, b portLink) bool { return a.addr.key() == b.addr.key() })
-	for _, p := range keep {
+	for i, p := range keep {
+		if i > 0 && keep[i-1].addr.key() == p.addr.key() {
+			continue // one lock per address
+		}
 		unlock := f.ports.lock(p.addr.key())
 		defer unlock()
 	}
