@@ -114,10 +114,7 @@ func (f *FS) revoking(nqn string, want []Address, change func() error) error {
 			keep = append(keep, p)
 			continue
 		}
-		unlock := f.ports.lock(p.addr.key())
-		err := f.unlinkPort(p.name, p.link)
-		unlock()
-		if err != nil {
+		if err := f.unlinkPortLocked(p); err != nil {
 			return err
 		}
 	}
@@ -137,6 +134,14 @@ func (f *FS) revoking(nqn string, want []Address, change func() error) error {
 		dropped = append(dropped, p)
 	}
 	return errors.Join(change(), f.relink(nqn, dropped))
+}
+
+// unlinkPortLocked drops the subsystem's link p, and the port when nothing
+// else links it, under the port's lock.
+func (f *FS) unlinkPortLocked(p portLink) error {
+	unlock := f.ports.lock(p.addr.key())
+	defer unlock()
+	return f.unlinkPort(p.name, p.link)
 }
 
 // relink links the subsystem again to each port revoking dropped it from.
@@ -176,10 +181,7 @@ func (f *FS) applyPorts(nqn string, want []Address, fresh bool) error {
 		if slices.Contains(want, p.addr) {
 			continue
 		}
-		unlock := f.ports.lock(p.addr.key())
-		err := f.unlinkPort(p.name, p.link)
-		unlock()
-		if err != nil {
+		if err := f.unlinkPortLocked(p); err != nil {
 			return err
 		}
 	}
@@ -218,10 +220,7 @@ func (f *FS) Remove(ctx context.Context, nqn string) error {
 		return err
 	}
 	for _, p := range ports {
-		unlock := f.ports.lock(p.addr.key())
-		err := f.unlinkPort(p.name, p.link)
-		unlock()
-		if err != nil {
+		if err := f.unlinkPortLocked(p); err != nil {
 			return err
 		}
 	}

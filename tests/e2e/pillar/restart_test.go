@@ -166,6 +166,17 @@ func storageOutage(t *testing.T, c *cluster.Cluster, what string, heal time.Dura
 	// The writer may have written chunks after the last read of its log:
 	// the checker must find at least every chunk seen here.
 
+	readBack(t, c, ns, volume, sum, written)
+	t.Logf("a new pod read back the blob and all %d chunks (%d written before the outage)", len(written), before)
+	deleteClaim(t, c, ns, pv, volumeID, zvolExists, what)
+}
+
+// readBack runs the checker pod on volume and checks that it reads back
+// the blob with sha256 sum and every chunk of written (the checker may
+// find more: a writer can write chunks after the last read of its log),
+// then deletes the checker.
+func readBack(t *testing.T, c *cluster.Cluster, ns, volume, sum string, written []tick) {
+	t.Helper()
 	apply(t, c, pod(ns, "checker", checkerScript, volume, false))
 	waitSucceeded(t, c, ns, "checker")
 	if got := podSum(t, c, ns, "checker"); got != sum {
@@ -180,9 +191,7 @@ func storageOutage(t *testing.T, c *cluster.Cluster, what string, heal time.Dura
 			t.Errorf("chunk %d reads back with sha256 %s, the writer wrote %s", i, read[i].sum, w.sum)
 		}
 	}
-	t.Logf("a new pod read back the blob and all %d chunks (%d written before the outage)", len(written), before)
 	kubectl(t, c, "delete", "pod", "-n", ns, "checker", "--wait=true", "--timeout=3m")
-	deleteClaim(t, c, ns, pv, volumeID, zvolExists, what)
 }
 
 // powerCutHealTimeout bounds the recovery from a power cut, most of which

@@ -166,23 +166,9 @@ func TestWorkerLostForceDetach(t *testing.T) {
 	restored = true
 	record(t, "worker lost: lost until back and untainted", time.Since(t0))
 
-	apply(t, c, pod(ns, "checker", checkerScript, volume, false))
-	waitSucceeded(t, c, ns, "checker")
-	if got := podSum(t, c, ns, "checker"); got != sum {
-		t.Errorf("the blob reads back with sha256 %s, the lost pod wrote %s", got, sum)
-	}
-	read := parseTicks(t, logValues(t, c, ns, "checker", "tick"))
-	if len(read) < len(written) {
-		t.Errorf("the checker found %d chunks, the lost pod reported %d", len(read), len(written))
-	}
-	for i, w := range written {
-		if i < len(read) && read[i].sum != w.sum {
-			t.Errorf("chunk %d reads back with sha256 %s, the lost pod wrote %s", i, read[i].sum, w.sum)
-		}
-	}
+	readBack(t, c, ns, volume, sum, written)
 	t.Logf("a new pod read back the blob and all %d chunks the lost pod reported", len(written))
 	record(t, "worker lost: lost until the data read back", time.Since(t0))
-	kubectl(t, c, "delete", "pod", "-n", ns, "checker", "--wait=true", "--timeout=3m")
 	kubectl(t, c, "delete", "pod", "-n", ns, "ticker", "--ignore-not-found", "--wait=true", "--timeout=3m")
 	deleteClaim(t, c, ns, pv, volumeID, zvolExists, "worker lost")
 }
