@@ -158,7 +158,7 @@ func New(c Config) (*Backend, error) {
 		ratio:         c.OvercommitRatio,
 		run:           c.Runner,
 		deviceTimeout: c.DeviceTimeout,
-		zvolDevices:   zvolDevices,
+		zvols:         newZvolIndex(zvolScan, zvolName),
 	}
 	if c.ParentDataset != "" {
 		b.parent = c.Pool + "/" + c.ParentDataset

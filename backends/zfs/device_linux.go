@@ -17,30 +17,26 @@ const (
 	blkZName       = 2<<30 | datasetNameBuf<<16 | 0x12<<8 | 125
 )
 
-// zvolDevices returns the /dev/zdN node of every zvol that has one, by
-// dataset name.
-func zvolDevices() (map[string]string, error) {
+// zvolScan lists the whole zvol devices of /sys/block (a zvol with
+// volmode=full has its partitions, zd0p1, under its own directory) with
+// their diskseq.
+func zvolScan() ([]zdev, error) {
 	ents, err := os.ReadDir("/sys/block")
 	if err != nil {
 		return nil, err
 	}
-	devs := map[string]string{}
+	var out []zdev
 	for _, e := range ents {
-		// Only whole devices are in /sys/block; a zvol with volmode=full
-		// has its partitions (zd0p1) under its own directory.
 		if !strings.HasPrefix(e.Name(), "zd") {
 			continue
 		}
-		dev := filepath.Join("/dev", e.Name())
-		name, err := zvolName(dev)
-		if err != nil {
-			continue // being removed, or its node not made yet
-		}
-		devs[name] = dev
+		seq, _ := os.ReadFile(filepath.Join("/sys/block", e.Name(), "diskseq"))
+		out = append(out, zdev{dev: filepath.Join("/dev", e.Name()), seq: strings.TrimSpace(string(seq))})
 	}
-	return devs, nil
+	return out, nil
 }
 
+// zvolName asks a zvol device node for its dataset name.
 func zvolName(dev string) (string, error) {
 	f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {

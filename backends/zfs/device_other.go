@@ -7,7 +7,10 @@ import (
 	"runtime"
 )
 
-// zvolDevices needs Linux's /sys/block and ZFS's BLKZNAME ioctl.
-func zvolDevices() (map[string]string, error) {
-	return nil, errors.New("zvol device nodes are found only on Linux, not " + runtime.GOOS)
-}
+var errNotLinux = errors.New("zvol device nodes are found only on Linux, not " + runtime.GOOS)
+
+// zvolScan needs Linux's /sys/block.
+func zvolScan() ([]zdev, error) { return nil, errNotLinux }
+
+// zvolName needs ZFS's BLKZNAME ioctl.
+func zvolName(string) (string, error) { return "", errNotLinux }

@@ -23,6 +23,12 @@
 //     the minor is created asynchronously after zfs create returns.
 //     DevicePath asks each /sys/block/zd* device for its dataset name with
 //     the BLKZNAME ioctl, as udev's zvol_id helper does, and waits for it.
+//     Asking opens the zvol, and an open zvol cannot be destroyed (EBUSY),
+//     so the backend asks each device once and remembers the answer with
+//     the disk's diskseq, which the kernel never reuses within a boot: a
+//     minor ZFS gives again to another zvol is a new disk with a new
+//     diskseq. A remembered answer is confirmed by asking that one device
+//     before it is returned.
 //   - zvols are created with volmode=dev unless the properties say
 //     otherwise: the storage node exposes the whole device and never scans
 //     the partition table a tenant wrote inside it.

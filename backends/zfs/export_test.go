@@ -1,10 +1,32 @@
 package zfs
 
-import "time"
+import (
+	"os"
+	"time"
+)
 
 // SetZvolDevices replaces how b finds the zvols' device nodes: the unit
-// tests have no /sys/block/zd*.
-func SetZvolDevices(b *Backend, f func() (map[string]string, error)) { b.zvolDevices = f }
+// tests have no /sys/block/zd*. f maps dataset names to device nodes.
+func SetZvolDevices(b *Backend, f func() (map[string]string, error)) {
+	scan := func() ([]zdev, error) {
+		m, err := f()
+		var out []zdev
+		for _, dev := range m {
+			out = append(out, zdev{dev: dev})
+		}
+		return out, err
+	}
+	ask := func(dev string) (string, error) {
+		m, err := f()
+		for name, d := range m {
+			if d == dev {
+				return name, err
+			}
+		}
+		return "", os.ErrNotExist
+	}
+	b.zvols = newZvolIndex(scan, ask)
+}
 
 // SetBusyRetry sets how often and how far apart Delete repeats a busy
 // destroy; the replay tests expect each capture once.

@@ -32,9 +32,8 @@ type Backend struct {
 	busyDelay     time.Duration
 	run           command.InputRunner
 	deviceTimeout time.Duration
-	// zvolDevices returns the /dev/zdN node of every zvol that has one,
-	// by dataset name.
-	zvolDevices func() (map[string]string, error)
+	// zvols finds the /dev/zdN node of each zvol.
+	zvols *zvolIndex
 
 	// admit serialises the admission check and the change of sparse
 	// creates and expansions, so that two of them cannot both fit into the
@@ -358,7 +357,7 @@ func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
 	}
 	// One look at the zvol devices for all volumes, without waiting: a
 	// node the kernel has not made yet is reported as none.
-	devs, err := b.zvolDevices()
+	devs, err := b.zvols.devices()
 	if err != nil {
 		return nil, err
 	}
@@ -465,11 +464,11 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, b.deviceTimeout)
 	defer cancel()
 	for {
-		devs, err := b.zvolDevices()
+		dev, ok, err := b.zvols.device(z.name)
 		if err != nil {
 			return "", err
 		}
-		if dev, ok := devs[z.name]; ok {
+		if ok {
 			return dev, nil
 		}
 		select {

@@ -50,6 +50,60 @@ func BenchmarkCreateDelete64(b *testing.B) {
 	})
 }
 
+// BenchmarkZFSDevicePath64 looks up the device node of each of 64 zvols
+// with one backend, which remembers which zvol each /dev/zdN is, and with
+// a new backend for each lookup, which must open every zvol device to
+// find the one it wants (what every lookup did before the backend
+// remembered), and reports both per lookup and their ratio. Both include
+// the zfs get that each lookup runs first.
+func BenchmarkZFSDevicePath64(b *testing.B) {
+	guest.RequireGuest(b)
+	pool := fixture.NewZPool(b, fixture.PoolOptions{Size: 1 * fixture.GiB})
+	newBackend := func() backends.Backend {
+		be, err := zfs.New(zfs.Config{Pool: pool.Name, ParentDataset: "bench", Sparse: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return be
+	}
+	ctx := context.Background()
+	warm := newBackend()
+	ids := make([]string, benchVolumes)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench-dev-%02d", i)
+		if _, err := warm.Create(ctx, ids[i], 8*fixture.MiB); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lookup := func(be backends.Backend, id string) {
+		if dev, err := be.DevicePath(ctx, id); err != nil || !strings.HasPrefix(dev, "/dev/zd") {
+			b.Fatalf("DevicePath(%s) = %q, %v", id, dev, err)
+		}
+	}
+	// Every node made and remembered before the timing starts.
+	for _, id := range ids {
+		lookup(warm, id)
+	}
+	var remembered, everyDevice time.Duration
+	rounds := 0
+	for ; b.Loop(); rounds++ {
+		start := time.Now()
+		for _, id := range ids {
+			lookup(warm, id)
+		}
+		remembered += time.Since(start)
+		start = time.Now()
+		for _, id := range ids {
+			lookup(newBackend(), id)
+		}
+		everyDevice += time.Since(start)
+	}
+	n := float64(rounds * benchVolumes)
+	b.ReportMetric(remembered.Seconds()*1000/n, "remembered-ms/lookup")
+	b.ReportMetric(everyDevice.Seconds()*1000/n, "every-device-ms/lookup")
+	b.ReportMetric(everyDevice.Seconds()/remembered.Seconds(), "every-device/remembered")
+}
+
 // mutations records the commands that create or destroy a volume, and
 // counts and times every command the backend runs by its first two
 // words ("zfs list", "lvm lvcreate"), so that the difference from the shell

@@ -111,6 +111,55 @@ func TestZFSDeviceWithoutUdev(t *testing.T) {
 	}
 }
 
+// TestZFSDeviceNodeMadeAgain: the backend remembers which zvol each
+// /dev/zdN is (by the disk's diskseq) rather than opening every zvol on
+// each lookup. A zvol destroyed and another created gets a node whose
+// diskseq is new, even when ZFS gives it the same minor, so the same
+// backend finds the new zvol's node and not the old one's.
+func TestZFSDeviceNodeMadeAgain(t *testing.T) {
+	s := zfsStore(t, "zfs-device-again", true)
+	b := s.backend(s.rec)
+	ctx := ctxT(t)
+	if _, err := b.Create(ctx, "pvc-first", 4*s.unit); err != nil {
+		t.Fatal(err)
+	}
+	first, err := b.DevicePath(ctx, "pvc-first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := func(dev string) string {
+		t.Helper()
+		b, err := os.ReadFile(path.Join("/sys/block", path.Base(dev), "diskseq"))
+		if err != nil {
+			t.Fatalf("the lab's kernel has a diskseq for every disk: %v", err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	firstSeq := seq(first)
+	if err := b.Delete(ctx, "pvc-first"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Create(ctx, "pvc-second", 8*s.unit); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Delete(context.Background(), "pvc-second") })
+	second, err := b.DevicePath(ctx, "pvc-second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secondSeq := seq(second)
+	t.Logf("pvc-first was %s (diskseq %s), pvc-second is %s (diskseq %s)", first, firstSeq, second, secondSeq)
+	if secondSeq == firstSeq {
+		t.Fatalf("%s and %s have the same diskseq %s", first, second, firstSeq)
+	}
+	if got := deviceSize(t, second); got != 8*s.unit {
+		t.Fatalf("%s: %d bytes, want pvc-second's %d", second, got, 8*s.unit)
+	}
+	if _, err := b.DevicePath(ctx, "pvc-first"); !backends.IsNotFound(err) {
+		t.Fatalf("DevicePath of the destroyed zvol: %v, want not found", err)
+	}
+}
+
 // TestZFSConfiguration checks that properties from the configuration are
 // applied, that volblocksize becomes the rounding unit, that ownership is
 // the user property, and that the parent dataset is made unmountable.
