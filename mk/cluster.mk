@@ -134,5 +134,5 @@ e2e_full_skip_3 = $(E2E_FULL_SKIP)|\] ($(E2E_FULL_1)|$(E2E_FULL_2))
 
 .PHONY: e2e-full e2e-full-1 e2e-full-2 e2e-full-3
 e2e-full: e2e-full-1 e2e-full-2 e2e-full-3 ## Run the whole Kubernetes external-storage suite against pillar-csi in the lab cluster, in three parts (hours under TCG; needs root)
-e2e-full-1 e2e-full-2 e2e-full-3: e2e-full-%: pillar-lab images cluster-tools $(BIN)/e2e.test ## One part of make e2e-full (needs root)
+e2e-full-1 e2e-full-2 e2e-full-3: e2e-full-%: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/agnhost ## One part of make e2e-full (needs root)
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 4h tests/e2e/pillar -- -test.timeout 3h50m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_$*)' -external.skip='$(e2e_full_skip_$*)' -external.timeout=3h30m $(E2EFLAGS)

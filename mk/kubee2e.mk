@@ -20,3 +20,16 @@ $(BIN)/e2e.test: $(KUBEE2E_SRC)
 	@echo ">> building e2e.test (k8s.io/kubernetes $(KUBEE2E_K8S_VERSION))"
 	cd $(KUBEE2E_DIR) && GOWORK=off go test -c -trimpath -ldflags '-s -w $(call version-ldflags,$(KUBEE2E_K8S_VERSION))' -o $@ .
 	@touch $@
+
+# agnhost, the Kubernetes e2e suite's test image's binary, from the same
+# k8s.io/kubernetes release (a tool of tests/tools/kubee2e). make e2e-full
+# serves it under the agnhost image's name: the subPath specs run its
+# mounttest, the host-exec pods its pause. Static, so that it runs over
+# the busybox applets with no libc.
+.PHONY: agnhost
+agnhost: $(BIN)/agnhost ## Build the e2e suite's agnhost (bin/agnhost) from the Go module proxy
+
+$(BIN)/agnhost: $(KUBEE2E_DIR)/go.mod $(KUBEE2E_DIR)/go.sum
+	@echo ">> building agnhost (k8s.io/kubernetes $(KUBEE2E_K8S_VERSION))"
+	cd $(KUBEE2E_DIR) && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o $@ k8s.io/kubernetes/test/images/agnhost
+	@touch $@

@@ -451,6 +451,22 @@ func (c *Cluster) ImportBusybox(ctx context.Context, refs ...string) error {
 	return c.importImage(ctx, out)
 }
 
+// ImportAgnhost builds and imports, under refs, a stand-in for the
+// Kubernetes e2e suite's agnhost image: the agnhost binary (built from the
+// same k8s.io/kubernetes release as the suite) as /agnhost and the image's
+// entrypoint, over the busybox applets, which give the shell and nsenter
+// the suite's host-exec pods run.
+func (c *Cluster) ImportAgnhost(ctx context.Context, agnhost string, refs ...string) error {
+	if len(refs) == 0 {
+		return errors.New("import agnhost: no image references")
+	}
+	out := c.dir("images", fmt.Sprintf("agnhost-%d.tar", len(c.Images)))
+	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/agnhost"}, imageFile{name: "agnhost", src: agnhost}); err != nil {
+		return err
+	}
+	return c.importImage(ctx, out)
+}
+
 // removeContainers kills and deletes every container task, so that no
 // shim outlives the cluster.
 func (c *Cluster) removeContainers() error {

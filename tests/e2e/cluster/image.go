@@ -39,13 +39,18 @@ func busyboxApplets(ctx context.Context, busybox string) ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
+// imageFile is a file of the host copied into an image at name.
+type imageFile struct {
+	name, src string
+}
+
 // writeBusyboxImage writes a docker-archive tarball (what
 // `ctr images import` and `docker load` read) of a one-layer image named
 // by refs: /bin/busybox from busybox, a symlink to it at each applet path,
-// and entrypoint. Commands run without a shell (an exec of "head") find
+// the extra files (executable), and entrypoint. Commands run without a shell (an exec of "head") find
 // their applet on PATH. Nothing in it depends on the time or the host, so
 // the same busybox gives the same image.
-func writeBusyboxImage(out, busybox string, applets, refs, entrypoint []string) error {
+func writeBusyboxImage(out, busybox string, applets, refs, entrypoint []string, extra ...imageFile) error {
 	ref := strings.Join(refs, ",")
 	bb, err := os.ReadFile(busybox)
 	if err != nil {
@@ -70,6 +75,20 @@ func writeBusyboxImage(out, busybox string, applets, refs, entrypoint []string) 
 		return fmt.Errorf("image %s: %w", ref, err)
 	}
 	seen := map[string]bool{"bin/busybox": true}
+	for _, x := range extra {
+		data, err := os.ReadFile(x.src)
+		if err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+		name := strings.TrimPrefix(x.name, "/")
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(data)), Format: tar.FormatPAX}); err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			return fmt.Errorf("image %s: %w", ref, err)
+		}
+		seen[name] = true
+	}
 	for _, a := range applets {
 		a = strings.TrimPrefix(a, "/")
 		if seen[a] || strings.Contains(a, "..") {

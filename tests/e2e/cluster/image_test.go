@@ -91,6 +91,73 @@ func TestBusyboxImageIsADockerArchive(t *testing.T) {
 	}
 }
 
+// TestBusyboxImageExtraFile: an extra file lands in the layer as an
+// executable at its path, next to the applets, and the entrypoint names it.
+func TestBusyboxImageExtraFile(t *testing.T) {
+	dir := t.TempDir()
+	bb := filepath.Join(dir, "busybox")
+	agn := filepath.Join(dir, "agnhost")
+	for f, body := range map[string]string{bb: "#!fake busybox\n", agn: "#!fake agnhost\n"} {
+		if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "img.tar")
+	if err := writeBusyboxImage(out, bb, []string{"bin/sh"}, []string{"example.com/agnhost:1"}, []string{"/agnhost"}, imageFile{name: "/agnhost", src: agn}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name], _ = io.ReadAll(tr)
+	}
+	var m []struct {
+		Config string
+		Layers []string
+	}
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || len(m) != 1 || len(m[0].Layers) != 1 {
+		t.Fatalf("manifest.json: %v %s", err, files["manifest.json"])
+	}
+	var cfg struct{ Config struct{ Entrypoint []string } }
+	if err := json.Unmarshal(files[m[0].Config], &cfg); err != nil || !reflect.DeepEqual(cfg.Config.Entrypoint, []string{"/agnhost"}) {
+		t.Fatalf("config %s: %v", files[m[0].Config], err)
+	}
+	lr := tar.NewReader(bytes.NewReader(files[m[0].Layers[0]]))
+	found := false
+	for {
+		h, err := lr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Name != "agnhost" {
+			continue
+		}
+		body, _ := io.ReadAll(lr)
+		if h.Typeflag != tar.TypeReg || h.Mode != 0o755 || string(body) != "#!fake agnhost\n" {
+			t.Fatalf("agnhost in the layer: type %c mode %o body %q", h.Typeflag, h.Mode, body)
+		}
+		found = true
+	}
+	if !found {
+		t.Fatal("no agnhost in the layer")
+	}
+}
+
 func TestImageRefsOCILayout(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "oci.tar")
 	f, err := os.Create(out)

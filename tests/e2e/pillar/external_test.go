@@ -181,8 +181,12 @@ func TestExternalStorage(t *testing.T) {
 // start without a registry. The storage specs run their own commands in
 // busybox (echo, cat, head, dd, test, ls, grep, sleep), some by exec
 // without a shell; the exec spec runs /bin/sh in an nginx image only
-// because it has one. The references come from the binary
-// (-list-images), so they follow the release it was built from.
+// because it has one. Outside the CI subset it also imports, under the
+// agnhost image's name, bin/agnhost (make agnhost, built from the suite's
+// own release) over the same applets: the subPath specs run agnhost's
+// mounttest, and the host-exec pods of the volumeMode and subPath specs
+// run agnhost pause and then nsenter and sh. The references come from the
+// binary (-list-images), so they follow the release it was built from.
 func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -193,10 +197,13 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 	if err != nil {
 		t.Fatalf("e2e.test -list-images: %v", err)
 	}
-	var refs []string
+	var refs, agnhostRefs []string
 	for _, ref := range strings.Fields(string(list)) {
-		if name := imageName(ref); name == "busybox" || name == "nginx" || name == "glibc-dns-testing" {
+		switch imageName(ref) {
+		case "busybox", "nginx", "glibc-dns-testing":
 			refs = append(refs, ref)
+		case "agnhost":
+			agnhostRefs = append(agnhostRefs, ref)
 		}
 	}
 	if len(refs) == 0 {
@@ -206,6 +213,20 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 		t.Fatal(err)
 	}
 	t.Logf("test images served by the host's busybox: %s", strings.Join(refs, " "))
+	if *externalFocus == ciFocus() {
+		return
+	}
+	agnhost := filepath.Join(lab.root, "bin", "agnhost")
+	if _, err := os.Stat(agnhost); err != nil {
+		t.Fatalf("agnhost is not built (make agnhost): %v", err)
+	}
+	if len(agnhostRefs) == 0 {
+		t.Fatalf("e2e.test -list-images names no agnhost image:\n%s", list)
+	}
+	if err := c.ImportAgnhost(ctx, agnhost, agnhostRefs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agnhost images served by bin/agnhost: %s", strings.Join(agnhostRefs, " "))
 }
 
 // imageName is the last path element of an image reference, without its
