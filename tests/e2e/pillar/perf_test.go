@@ -116,6 +116,7 @@ func TestPerformance(t *testing.T) {
 		record(t, fmt.Sprintf("parallel x%d: every PVC pod Running", n), slices.Max(running))
 		logEventSummary(t, c, ns)
 		logControllerMetrics(t, c)
+		logAgentErrors(t, c, t1)
 		reportPercentiles(t, fmt.Sprintf("parallel x%d: hostPath pod Running", n), baseline, nil)
 		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC Bound", n), bound, nil)
 		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC pod Running", n), running, baseline)
@@ -251,6 +252,31 @@ func logControllerMetrics(t *testing.T, c *cluster.Cluster) {
 		}
 		t.Logf("CSI operations served by %s:\n%s", p, strings.Join(keep, "\n"))
 	}
+}
+
+// logAgentErrors logs the first errors pillar-agent logged since since:
+// the agent's own words for a failure that reaches the claims' events
+// only as one line of a CSI error.
+func logAgentErrors(t *testing.T, c *cluster.Cluster, since time.Time) {
+	t.Helper()
+	const most = 30
+	out, err := c.Kubectl(context.Background(), nil, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent",
+		"--tail=-1", "--since-time="+since.UTC().Format(time.RFC3339))
+	if err != nil {
+		t.Logf("logs of pillar-agent: %v", err)
+		return
+	}
+	var errs []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, "level=ERROR") {
+			errs = append(errs, l)
+		}
+	}
+	n := len(errs)
+	if n > most {
+		errs = append(errs[:most], fmt.Sprintf("… and %d more", n-most))
+	}
+	t.Logf("pillar-agent logged %d errors since %s:\n%s", n, since.UTC().Format(time.TimeOnly), strings.Join(errs, "\n"))
 }
 
 // deleteAll deletes the test's pods and claims, records how long until
