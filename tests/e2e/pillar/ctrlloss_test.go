@@ -170,7 +170,6 @@ func TestStorageNodeDownPastCtrlLoss(t *testing.T) {
 		n := strings.TrimSpace(string(out))
 		return err == nil && n != "" && n != "0", "restarts: " + n
 	})
-	logKubectl(t, c, "logs", "-n", ns, "prober", "--previous", "--tail=3")
 
 	// The storage node is back: the agent runs again, the controller
 	// pushes the export back. Nothing reconnects.
@@ -190,6 +189,7 @@ func TestStorageNodeDownPastCtrlLoss(t *testing.T) {
 	}
 	ready := kubectl(t, c, "get", "pod", "-n", ns, "prober", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].state}`)
 	t.Logf("prober with the export back: ready, restarts, state: %s", ready)
+	logKubectl(t, c, "logs", "-n", ns, "prober", "--tail=3")
 	if strings.HasPrefix(ready, "True") {
 		if out, err := c.Kubectl(ctx, nil, "logs", "-n", ns, "prober", "--tail=3"); err == nil && strings.Contains(string(out), "probe=ok") {
 			t.Errorf("the prober writes again without being deleted; docs/troubleshooting.md says it cannot:\n%s", out)
