@@ -273,7 +273,7 @@ func checkController(t *testing.T, r *rendered, n objectNames, img images) {
 	}
 
 	sidecars := map[string][]string{
-		"csi-provisioner": {"--extra-create-metadata", "--default-fstype=ext4", "--timeout=60s", "--snapshot-orphan-sweep-interval=0"},
+		"csi-provisioner": {"--extra-create-metadata", "--default-fstype=ext4", "--timeout=10m", "--snapshot-orphan-sweep-interval=0"},
 		"csi-attacher":    {"--timeout=60s"},
 		"csi-resizer":     {"--timeout=60s", "--handle-volume-inuse-error=false"},
 	}
