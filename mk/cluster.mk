@@ -125,12 +125,12 @@ e2e-perf: pillar-lab images cluster-tools ## Measure claims bound and pods start
 E2E_FULL_SKIP ?= \[Disruptive\]|\[Flaky\]|any volume data source
 E2E_FULL_1 = provisioning|volumes|volumeIO|volumeMode|volume-expand|read-write-once-pod|fsgroupchangepolicy
 E2E_FULL_2 = subPath|ephemeral
-e2e_full_focus_1 = External.Storage.*\] ($(E2E_FULL_1)) 
-e2e_full_focus_2 = External.Storage.*\] ($(E2E_FULL_2)) 
+e2e_full_focus_1 = External.Storage.*\] ($(E2E_FULL_1))\s
+e2e_full_focus_2 = External.Storage.*\] ($(E2E_FULL_2))\s
 e2e_full_focus_3 = External.Storage
 e2e_full_skip_1 = $(E2E_FULL_SKIP)
 e2e_full_skip_2 = $(E2E_FULL_SKIP)
-e2e_full_skip_3 = $(E2E_FULL_SKIP)|\] ($(E2E_FULL_1)|$(E2E_FULL_2)) 
+e2e_full_skip_3 = $(E2E_FULL_SKIP)|\] ($(E2E_FULL_1)|$(E2E_FULL_2))\s
 
 .PHONY: e2e-full e2e-full-1 e2e-full-2 e2e-full-3
 e2e-full: e2e-full-1 e2e-full-2 e2e-full-3 ## Run the whole Kubernetes external-storage suite against pillar-csi in the lab cluster, in three parts (hours under TCG; needs root)
