@@ -24,7 +24,8 @@
 //     binaries compiled on the host) runs in it unchanged; its only
 //     writable window back is the run's out/ directory. The exit status of
 //     the guest script becomes Boot's result; a hard timeout kills QEMU's
-//     process group.
+//     process group, and so does a kernel whose soft-lockup watchdog
+//     reports a CPU stuck past VMConfig.LockupLimit.
 //   - Workspace.KernelPackages, MatchPackages and Lab.RunTests
 //     (gotest.go): find every package with test files tagged "kernel"
 //     across the go.work modules, compile them on the host, run them in one

@@ -43,5 +43,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // because it ran past its deadline.
 var ErrTimeout = errors.New("timed out")
 
+// ErrLockup is wrapped by an Error when the lab killed a VM whose kernel
+// reported a CPU stuck for longer than its VMConfig.LockupLimit.
+var ErrLockup = errors.New("guest kernel locked up")
+
 // IsTimeout reports whether err says a command or VM ran out of time.
 func IsTimeout(err error) bool { return errors.Is(err, ErrTimeout) }

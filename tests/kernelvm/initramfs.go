@@ -41,7 +41,7 @@ var ExtraModules = []string{
 
 // initFormat changes whenever the initramfs layout changes in a way its
 // inputs do not show, to invalidate cached images.
-const initFormat = "3"
+const initFormat = "4"
 
 // initScript is the initramfs's /init. It loads the module set, mounts the
 // host root read-only over 9p with a tmpfs overlay on top (so the guest
@@ -66,6 +66,11 @@ die() {
 	poweroff -f
 }
 
+# The console shows only urgent messages (loglevel=3), but a message with
+# no level of its own, as the stacks of a soft lockup or a WARN are, gets
+# level 2 and reaches it: when a guest kernel locks up, the console is all
+# that is left of it.
+echo "3 2 1 7" > /proc/sys/kernel/printk
 KVER=$(uname -r)
 echo /sbin/modprobe > /proc/sys/kernel/modprobe
 while read -r mod args; do

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +24,11 @@ type VMConfig struct {
 	MemoryMB int           // DefaultMemoryMB if zero
 	CPUs     int           // DefaultCPUs if zero
 	Timeout  time.Duration // hard limit; QEMU's process group is killed after it. 30 minutes if zero.
+	// LockupLimit ends a boot whose guest kernel reports a CPU stuck this
+	// long (its soft-lockup watchdog, on the console): QEMU is killed and
+	// Boot returns ErrLockup with the report. DefaultLockupLimit if zero;
+	// negative never.
+	LockupLimit time.Duration
 	// KernelArgs are appended to the guest kernel command line.
 	KernelArgs []string
 }
@@ -140,6 +146,9 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 	if vm.Timeout == 0 {
 		vm.Timeout = 30 * time.Minute
 	}
+	if vm.LockupLimit == 0 {
+		vm.LockupLimit = DefaultLockupLimit
+	}
 	stdout := o.Stdout
 	if stdout == nil {
 		stdout = os.Stdout
@@ -154,6 +163,9 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 
 	append_ := []string{
 		"console=ttyS0", "quiet", "loglevel=3", "panic=-1",
+		// A soft lockup's report shows every CPU's stack, not only the
+		// stuck one's (init makes the stacks reach the console).
+		"softlockup_all_cpu_backtrace=1",
 		// Spectre/Meltdown mitigations only slow an emulated CPU down.
 		"mitigations=off",
 		guest.Marker, "pillar.run=" + r.Dir,
@@ -198,6 +210,21 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 	defer console.Close()
 
 	var streamed chan struct{}
+	lockedUp := make(chan string, 1)
+	onLine := o.OnLine
+	if vm.LockupLimit > 0 {
+		onLine = func(line string) {
+			if d, ok := softLockup(line); ok && d >= vm.LockupLimit {
+				select {
+				case lockedUp <- line:
+				default:
+				}
+			}
+			if o.OnLine != nil {
+				o.OnLine(line)
+			}
+		}
+	}
 	if o.Interactive {
 		// QEMU must stay in the terminal's foreground process group to
 		// read it, so it gets no group of its own; it forks nothing.
@@ -213,7 +240,7 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 		streamed = make(chan struct{})
 		go func() {
 			defer close(streamed)
-			streamConsole(pr, stdout, console, o.OnLine)
+			streamConsole(pr, stdout, console, onLine)
 			pr.Close()
 		}()
 		defer pw.Close()
@@ -235,6 +262,8 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 	case waitErr = <-done:
 	case <-timer.C:
 		killed = fmt.Errorf("%w after %v: QEMU killed", ErrTimeout, vm.Timeout)
+	case line := <-lockedUp:
+		killed = fmt.Errorf("%w (%s): QEMU killed; the stacks are in console.log", ErrLockup, strings.TrimSpace(line))
 	case <-ctx.Done():
 		killed = fmt.Errorf("interrupted: QEMU killed: %w", ctx.Err())
 	}
@@ -289,6 +318,31 @@ func streamConsole(r io.Reader, out, log io.Writer, onLine func(string)) {
 			return
 		}
 	}
+}
+
+// DefaultLockupLimit is how long a guest CPU may stay stuck before the
+// boot is ended. A TCG vCPU the host leaves unscheduled for the watchdog's
+// 20 s is reported stuck and then recovers; a kernel that stays stuck for
+// minutes does not recover, and would otherwise hold the boot until its
+// timeout (a 45-minute CI suite) with nothing more to show.
+const DefaultLockupLimit = 3 * time.Minute
+
+// softLockupRE matches the soft-lockup watchdog's report,
+// "watchdog: BUG: soft lockup - CPU#1 stuck for 22s! [etcd:327]".
+var softLockupRE = regexp.MustCompile(`BUG: soft lockup - CPU#\d+ stuck for (\d+)s!`)
+
+// softLockup returns how long a soft-lockup report on a console line says
+// its CPU has been stuck.
+func softLockup(line string) (time.Duration, bool) {
+	m := softLockupRE.FindStringSubmatch(line)
+	if m == nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(m[1])
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
 }
 
 // qemuEscape doubles commas, QEMU's escape inside option values.

@@ -31,6 +31,9 @@ ok)      echo "the guest says hi"; echo 3 > "$out/exit-status" ;;
 panic)   echo "Kernel panic - not syncing" ;;
 initerr) echo "cannot mount configfs" > "$out/init-error" ;;
 hang)    sleep 600 & echo $! > "$FAKE_QEMU_PIDFILE"; wait ;;
+lockup)  printf '[   60.1] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [etcd:327]\r\n'
+         printf '[   69.1] watchdog: BUG: soft lockup - CPU#0 stuck for 31s! [etcd:327]\r\n'
+         sleep 600 & echo $! > "$FAKE_QEMU_PIDFILE"; wait ;;
 esac
 `
 
@@ -170,4 +173,43 @@ func alive(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// A guest kernel that reports a CPU stuck past the limit is killed at
+// once, not at the boot's timeout; shorter reports are let pass.
+func TestBootLockupKills(t *testing.T) {
+	lab := fakeLab(t, "lockup")
+	t.Setenv("FAKE_QEMU_PIDFILE", filepath.Join(t.TempDir(), "pid"))
+	start := time.Now()
+	_, _, out, err := boot(t, lab, VMConfig{Timeout: time.Minute, LockupLimit: 30 * time.Second})
+	if !errors.Is(err, ErrLockup) || IsTimeout(err) {
+		t.Fatalf("err = %v, want ErrLockup", err)
+	}
+	if !strings.Contains(err.Error(), "CPU#0 stuck for 31s! [etcd:327]") {
+		t.Errorf("err = %v, want the report that passed the limit", err)
+	}
+	if !strings.Contains(out, "stuck for 22s") {
+		t.Errorf("console %q lacks the earlier report", out)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("Boot returned after %v", d)
+	}
+}
+
+func TestSoftLockup(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want time.Duration
+		ok   bool
+	}{
+		{"[ 2408.593905] watchdog: BUG: soft lockup - CPU#1 stuck for 2172s! [etcd:327]", 2172 * time.Second, true},
+		{"watchdog: BUG: soft lockup - CPU#12 stuck for 22s! [kworker/1:2:88]", 22 * time.Second, true},
+		{"rcu: INFO: rcu_sched self-detected stall on CPU", 0, false},
+		{"soft lockup - CPU#1 stuck for", 0, false},
+	} {
+		got, ok := softLockup(tc.line)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("softLockup(%q) = %v, %v; want %v, %v", tc.line, got, ok, tc.want, tc.ok)
+		}
+	}
 }
