@@ -451,6 +451,27 @@ func (c *Cluster) ImportBusybox(ctx context.Context, refs ...string) error {
 	return c.importImage(ctx, out)
 }
 
+// ImportBusyboxWithTools imports, under refs, the harness's busybox image
+// with host tools over its applets: each tool (a host path such as
+// /usr/bin/dd) at the same path, with the shared libraries and the ELF
+// interpreter it loads. It stands in for a test image built on glibc, such
+// as the Kubernetes e2e suite's glibc-dns-testing, whose pods run GNU
+// options busybox lacks (dd oflag=nocache).
+func (c *Cluster) ImportBusyboxWithTools(ctx context.Context, tools []string, refs ...string) error {
+	if len(refs) == 0 {
+		return errors.New("import busybox with tools: no image references")
+	}
+	files, err := hostToolFiles(tools)
+	if err != nil {
+		return fmt.Errorf("import %s: %w", strings.Join(refs, ","), err)
+	}
+	out := c.dir("images", fmt.Sprintf("busybox-tools-%d.tar", len(c.Images)))
+	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/bin/sh"}, files...); err != nil {
+		return err
+	}
+	return c.importImage(ctx, out)
+}
+
 // ImportAgnhost builds and imports, under refs, a stand-in for the
 // Kubernetes e2e suite's agnhost image: the agnhost binary (built from the
 // same k8s.io/kubernetes release as the suite) as /agnhost and the image's

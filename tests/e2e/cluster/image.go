@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -44,10 +45,79 @@ type imageFile struct {
 	name, src string
 }
 
+// libraryDirs are where hostToolFiles looks for a shared library, in the
+// order of Debian's dynamic loader.
+var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
+
+// hostToolFiles returns the image files that run the host binaries tools:
+// each binary at its own path, and every shared library it needs (and
+// they need) with the ELF interpreter, at the paths the interpreter
+// finds them.
+func hostToolFiles(tools []string) ([]imageFile, error) {
+	var files []imageFile
+	seen := map[string]bool{}
+	add := func(path string) {
+		if !seen[path] {
+			seen[path] = true
+			files = append(files, imageFile{name: path, src: path})
+		}
+	}
+	var walk func(bin string) error
+	walk = func(bin string) error {
+		f, err := elf.Open(bin)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for _, p := range f.Progs {
+			if p.Type != elf.PT_INTERP {
+				continue
+			}
+			b, err := io.ReadAll(p.Open())
+			if err != nil {
+				return fmt.Errorf("%s: interpreter: %w", bin, err)
+			}
+			add(strings.TrimRight(string(b), "\x00"))
+		}
+		libs, err := f.ImportedLibraries()
+		if err != nil {
+			return fmt.Errorf("%s: %w", bin, err)
+		}
+		for _, lib := range libs {
+			path := ""
+			for _, d := range libraryDirs {
+				if _, err := os.Stat(filepath.Join(d, lib)); err == nil {
+					path = filepath.Join(d, lib)
+					break
+				}
+			}
+			if path == "" {
+				return fmt.Errorf("%s: shared library %s not found in %s", bin, lib, strings.Join(libraryDirs, " "))
+			}
+			if seen[path] {
+				continue
+			}
+			add(path)
+			if err := walk(path); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, t := range tools {
+		add(t)
+		if err := walk(t); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
 // writeBusyboxImage writes a docker-archive tarball (what
 // `ctr images import` and `docker load` read) of a one-layer image named
 // by refs: /bin/busybox from busybox, a symlink to it at each applet path,
-// the extra files (executable), and entrypoint. Commands run without a shell (an exec of "head") find
+// the extra files (executable, in directories of their own where needed),
+// and entrypoint. Commands run without a shell (an exec of "head") find
 // their applet on PATH. Nothing in it depends on the time or the host, so
 // the same busybox gives the same image.
 func writeBusyboxImage(out, busybox string, applets, refs, entrypoint []string, extra ...imageFile) error {
@@ -75,12 +145,26 @@ func writeBusyboxImage(out, busybox string, applets, refs, entrypoint []string, 
 		return fmt.Errorf("image %s: %w", ref, err)
 	}
 	seen := map[string]bool{"bin/busybox": true}
+	for _, d := range dirs {
+		seen[d] = true
+	}
 	for _, x := range extra {
 		data, err := os.ReadFile(x.src)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", ref, err)
 		}
 		name := strings.TrimPrefix(x.name, "/")
+		// The directories an extra file lands in, outermost first.
+		var parents []string
+		for d := filepath.Dir(name); d != "." && !seen[d]; d = filepath.Dir(d) {
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			seen[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, Format: tar.FormatPAX}); err != nil {
+				return fmt.Errorf("image %s: %w", ref, err)
+			}
+		}
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(data)), Format: tar.FormatPAX}); err != nil {
 			return fmt.Errorf("image %s: %w", ref, err)
 		}

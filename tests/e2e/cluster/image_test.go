@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -176,5 +177,109 @@ func TestImageRefsOCILayout(t *testing.T) {
 	}
 	if !reflect.DeepEqual(refs, []string{"ghcr.io/pillar-csi/pause:v1"}) {
 		t.Fatalf("refs = %v", refs)
+	}
+}
+
+// A host tool comes with its ELF interpreter and the libraries it loads,
+// each once, at the paths the host has them.
+func TestHostToolFiles(t *testing.T) {
+	files, err := hostToolFiles([]string{"/usr/bin/dd", "/usr/bin/dd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]int{}
+	for _, f := range files {
+		names[f.name]++
+		if f.src != f.name {
+			t.Errorf("%s copied from %s", f.name, f.src)
+		}
+	}
+	interp := ""
+	for n, c := range names {
+		if c != 1 {
+			t.Errorf("%s listed %d times", n, c)
+		}
+		if strings.Contains(n, "ld-linux") {
+			interp = n
+		}
+	}
+	if names["/usr/bin/dd"] != 1 || interp == "" {
+		t.Errorf("files %v: want /usr/bin/dd and its interpreter", names)
+	}
+	libc := false
+	for n := range names {
+		libc = libc || filepath.Base(n) == "libc.so.6"
+	}
+	if !libc {
+		t.Errorf("files %v: want libc.so.6", names)
+	}
+	if _, err := hostToolFiles([]string{filepath.Join(t.TempDir(), "none")}); err == nil {
+		t.Error("a missing tool gave no error")
+	}
+}
+
+// Extra files in directories the image does not have get those
+// directories, before the file and once each.
+func TestBusyboxImageExtraFileDirectories(t *testing.T) {
+	dir := t.TempDir()
+	bb := filepath.Join(dir, "busybox")
+	lib := filepath.Join(dir, "lib")
+	for _, f := range []string{bb, lib} {
+		if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := filepath.Join(dir, "img.tar")
+	err := writeBusyboxImage(out, bb, nil, []string{"example.com/glibc:1"}, []string{"/bin/sh"},
+		imageFile{name: "/lib/x86_64-linux-gnu/libc.so.6", src: lib}, imageFile{name: "/lib/x86_64-linux-gnu/libm.so.6", src: lib}, imageFile{name: "/usr/bin/dd", src: lib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, h := range layerHeaders(t, out) {
+		order = append(order, h.Name)
+	}
+	want := []string{"lib/", "lib/x86_64-linux-gnu/", "lib/x86_64-linux-gnu/libc.so.6", "lib/x86_64-linux-gnu/libm.so.6", "usr/bin/dd"}
+	got := strings.Join(order, " ")
+	if !strings.Contains(got, strings.Join(want, " ")) || strings.Count(got, "usr/bin/ ") != 1 {
+		t.Errorf("layer %s, want the run %s and usr/bin/ once", got, strings.Join(want, " "))
+	}
+}
+
+// layerHeaders reads the headers of the one layer of a docker-archive.
+func layerHeaders(t *testing.T, archive string) []*tar.Header {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	files := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name], _ = io.ReadAll(tr)
+	}
+	var m []struct{ Layers []string }
+	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || len(m) != 1 || len(m[0].Layers) != 1 {
+		t.Fatalf("manifest.json: %v %s", err, files["manifest.json"])
+	}
+	var hs []*tar.Header
+	lr := tar.NewReader(bytes.NewReader(files[m[0].Layers[0]]))
+	for {
+		h, err := lr.Next()
+		if err == io.EOF {
+			return hs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
 	}
 }

@@ -174,14 +174,15 @@ func TestExternalStorage(t *testing.T) {
 	}
 }
 
-// stubTestImages imports, under the names of the suite's busybox, nginx
-// and glibc-dns-testing (the busybox-based image e2epod.MakePodSpec's pods
-// run) test images, the harness's busybox image (every applet of the
-// host's static busybox linked at its path), so that the specs' pods
-// start without a registry. The storage specs run their own commands in
-// busybox (echo, cat, head, dd, test, ls, grep, sleep), some by exec
-// without a shell; the exec spec runs /bin/sh in an nginx image only
-// because it has one. Outside the CI subset it also imports, under the
+// stubTestImages imports, under the names of the suite's busybox and
+// nginx test images, the harness's busybox image (every applet of the
+// host's static busybox linked at its path), and under the name of
+// glibc-dns-testing (the glibc image the multiVolume specs' pods run) the
+// same with the host's GNU dd and the libraries it loads, so that the
+// specs' pods start without a registry. The storage specs run their own
+// commands in busybox (echo, cat, head, dd, test, ls, grep, sleep), some
+// by exec without a shell; the exec spec runs /bin/sh in an nginx image
+// only because it has one. Outside the CI subset it also imports, under the
 // agnhost image's name, bin/agnhost (make agnhost, built from the suite's
 // own release) over the same applets: the subPath specs run agnhost's
 // mounttest, and the host-exec pods of the volumeMode and subPath specs
@@ -197,11 +198,13 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 	if err != nil {
 		t.Fatalf("e2e.test -list-images: %v", err)
 	}
-	var refs, agnhostRefs []string
+	var refs, glibcRefs, agnhostRefs []string
 	for _, ref := range strings.Fields(string(list)) {
 		switch imageName(ref) {
-		case "busybox", "nginx", "glibc-dns-testing":
+		case "busybox", "nginx":
 			refs = append(refs, ref)
+		case "glibc-dns-testing":
+			glibcRefs = append(glibcRefs, ref)
 		case "agnhost":
 			// Not the copy in a registry that requires credentials,
 			// which specs of other suites expect to fail to pull.
@@ -210,13 +213,17 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 			}
 		}
 	}
-	if len(refs) == 0 {
+	if len(refs) == 0 || len(glibcRefs) == 0 {
 		t.Fatalf("e2e.test -list-images names no busybox, nginx or glibc-dns-testing image:\n%s", list)
 	}
 	if err := c.ImportBusybox(ctx, refs...); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("test images served by the host's busybox: %s", strings.Join(refs, " "))
+	if err := c.ImportBusyboxWithTools(ctx, glibcTools, glibcRefs...); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("test images served by the host's busybox and %s: %s", strings.Join(glibcTools, " "), strings.Join(glibcRefs, " "))
 	if *externalFocus == ciFocus() {
 		return
 	}
@@ -232,6 +239,11 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 	}
 	t.Logf("agnhost images served by bin/agnhost: %s", strings.Join(agnhostRefs, " "))
 }
+
+// glibcTools are the host's GNU tools in the stand-in for the suite's
+// glibc-dns-testing image: the multiVolume specs write through it with
+// dd oflag=nocache, which busybox's dd refuses.
+var glibcTools = []string{"/usr/bin/dd"}
 
 // imageName is the last path element of an image reference, without its
 // tag: "busybox" for registry.k8s.io/e2e-test-images/busybox:1.37.0-2.
