@@ -41,23 +41,7 @@ func TestBusyboxImageIsADockerArchive(t *testing.T) {
 	}
 
 	// The manifest names a config and a layer that are in the archive.
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	files := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name], _ = io.ReadAll(tr)
-	}
+	_, files := archiveEntries(t, out)
 	var m []struct {
 		Config string
 		Layers []string
@@ -71,15 +55,8 @@ func TestBusyboxImageIsADockerArchive(t *testing.T) {
 
 	// Each applet is a symlink to /bin/busybox at its path, once.
 	links := map[string]int{}
-	lr := tar.NewReader(bytes.NewReader(files[m[0].Layers[0]]))
-	for {
-		h, err := lr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	headers, _ := tarEntries(t, bytes.NewReader(files[m[0].Layers[0]]))
+	for _, h := range headers {
 		if h.Typeflag == tar.TypeSymlink {
 			if h.Linkname != "/bin/busybox" {
 				t.Errorf("%s links to %q", h.Name, h.Linkname)
@@ -107,23 +84,7 @@ func TestBusyboxImageExtraFile(t *testing.T) {
 	if err := writeBusyboxImage(out, bb, []string{"bin/sh"}, []string{"example.com/agnhost:1"}, []string{"/agnhost"}, imageFile{name: "/agnhost", src: agn}); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	files := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name], _ = io.ReadAll(tr)
-	}
+	_, files := archiveEntries(t, out)
 	var m []struct {
 		Config string
 		Layers []string
@@ -135,20 +96,13 @@ func TestBusyboxImageExtraFile(t *testing.T) {
 	if err := json.Unmarshal(files[m[0].Config], &cfg); err != nil || !reflect.DeepEqual(cfg.Config.Entrypoint, []string{"/agnhost"}) {
 		t.Fatalf("config %s: %v", files[m[0].Config], err)
 	}
-	lr := tar.NewReader(bytes.NewReader(files[m[0].Layers[0]]))
+	headers, bodies := tarEntries(t, bytes.NewReader(files[m[0].Layers[0]]))
 	found := false
-	for {
-		h, err := lr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range headers {
 		if h.Name != "agnhost" {
 			continue
 		}
-		body, _ := io.ReadAll(lr)
+		body := bodies[h.Name]
 		if h.Typeflag != tar.TypeReg || h.Mode != 0o755 || string(body) != "#!fake agnhost\n" {
 			t.Fatalf("agnhost in the layer: type %c mode %o body %q", h.Typeflag, h.Mode, body)
 		}
@@ -249,37 +203,44 @@ func TestBusyboxImageExtraFileDirectories(t *testing.T) {
 // layerHeaders reads the headers of the one layer of a docker-archive.
 func layerHeaders(t *testing.T, archive string) []*tar.Header {
 	t.Helper()
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	files := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name], _ = io.ReadAll(tr)
-	}
+	_, files := archiveEntries(t, archive)
 	var m []struct{ Layers []string }
 	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || len(m) != 1 || len(m[0].Layers) != 1 {
 		t.Fatalf("manifest.json: %v %s", err, files["manifest.json"])
 	}
-	var hs []*tar.Header
-	lr := tar.NewReader(bytes.NewReader(files[m[0].Layers[0]]))
+	headers, _ := tarEntries(t, bytes.NewReader(files[m[0].Layers[0]]))
+	return headers
+}
+
+// archiveEntries reads the tar file at path with tarEntries.
+func archiveEntries(t *testing.T, path string) ([]*tar.Header, map[string][]byte) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	return tarEntries(t, f)
+}
+
+// tarEntries reads a tar stream: its headers in order, and each entry's
+// content by name.
+func tarEntries(t *testing.T, r io.Reader) ([]*tar.Header, map[string][]byte) {
+	t.Helper()
+	var headers []*tar.Header
+	bodies := map[string][]byte{}
+	tr := tar.NewReader(r)
 	for {
-		h, err := lr.Next()
+		h, err := tr.Next()
 		if err == io.EOF {
-			return hs
+			return headers, bodies
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		hs = append(hs, h)
+		headers = append(headers, h)
+		if bodies[h.Name], err = io.ReadAll(tr); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
