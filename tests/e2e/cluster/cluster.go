@@ -452,12 +452,13 @@ func (c *Cluster) ImportBusybox(ctx context.Context, refs ...string) error {
 }
 
 // ImportBusyboxWithTools imports, under refs, the harness's busybox image
-// with host tools over its applets: each tool (a host path such as
-// /usr/bin/dd) at the same path, with the shared libraries and the ELF
-// interpreter it loads. It stands in for a test image built on glibc, such
-// as the Kubernetes e2e suite's glibc-dns-testing, whose pods run GNU
-// options busybox lacks (dd oflag=nocache).
-func (c *Cluster) ImportBusyboxWithTools(ctx context.Context, tools []string, refs ...string) error {
+// with host tools over its applets: tools maps a path in the image to the
+// host binary copied there (GlibcStandInTools), which comes with the
+// shared libraries and the ELF interpreter it loads. It stands in for a
+// test image built on glibc, such as the Kubernetes e2e suite's
+// glibc-dns-testing, whose pods run GNU options busybox lacks
+// (dd oflag=nocache).
+func (c *Cluster) ImportBusyboxWithTools(ctx context.Context, tools map[string]string, refs ...string) error {
 	if len(refs) == 0 {
 		return errors.New("import busybox with tools: no image references")
 	}

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 )
 
@@ -49,11 +50,23 @@ type imageFile struct {
 // order of Debian's dynamic loader.
 var libraryDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"}
 
-// hostToolFiles returns the image files that run the host binaries tools:
-// each binary at its own path, and every shared library it needs (and
-// they need) with the ELF interpreter, at the paths the interpreter
-// finds them.
-func hostToolFiles(tools []string) ([]imageFile, error) {
+// GlibcStandInTools are the host files the stand-in for a test image
+// built on glibc carries over its busybox applets, by path in the image:
+// GNU dd (the Kubernetes e2e suite's multiVolume specs write with
+// dd oflag=nocache, which busybox's dd refuses) and, as /bin/sh, dash.
+// The shell matters as much as dd: Debian's busybox-static is built to
+// run its own applet for a command before looking at PATH, so under
+// busybox's sh a "dd" in a pipeline is busybox's dd whatever PATH holds.
+var GlibcStandInTools = map[string]string{
+	"/bin/sh":     "/bin/dash",
+	"/usr/bin/dd": "/usr/bin/dd",
+}
+
+// hostToolFiles returns the image files that run the host binaries tools
+// (path in the image → path on the host): each binary at its path in the
+// image, and every shared library it needs (and they need) with the ELF
+// interpreter, at the paths the interpreter finds them.
+func hostToolFiles(tools map[string]string) ([]imageFile, error) {
 	var files []imageFile
 	seen := map[string]bool{}
 	add := func(path string) {
@@ -104,9 +117,18 @@ func hostToolFiles(tools []string) ([]imageFile, error) {
 		}
 		return nil
 	}
-	for _, t := range tools {
-		add(t)
-		if err := walk(t); err != nil {
+	names := make([]string, 0, len(tools))
+	for name := range tools {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		src := tools[name]
+		if !seen[name] {
+			seen[name] = true
+			files = append(files, imageFile{name: name, src: src})
+		}
+		if err := walk(src); err != nil {
 			return nil, err
 		}
 	}

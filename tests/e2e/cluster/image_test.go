@@ -3,9 +3,11 @@ package cluster
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -135,17 +137,22 @@ func TestImageRefsOCILayout(t *testing.T) {
 }
 
 // A host tool comes with its ELF interpreter and the libraries it loads,
-// each once, at the paths the host has them.
+// each once, at the paths the host has them; the tool itself lands at
+// its path in the image.
 func TestHostToolFiles(t *testing.T) {
-	files, err := hostToolFiles([]string{"/usr/bin/dd", "/usr/bin/dd"})
+	files, err := hostToolFiles(map[string]string{"/usr/bin/dd": "/usr/bin/dd", "/bin/sh": "/bin/dash"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	names := map[string]int{}
 	for _, f := range files {
 		names[f.name]++
-		if f.src != f.name {
-			t.Errorf("%s copied from %s", f.name, f.src)
+		want := f.name
+		if f.name == "/bin/sh" {
+			want = "/bin/dash"
+		}
+		if f.src != want {
+			t.Errorf("%s copied from %s, want %s", f.name, f.src, want)
 		}
 	}
 	interp := ""
@@ -157,8 +164,8 @@ func TestHostToolFiles(t *testing.T) {
 			interp = n
 		}
 	}
-	if names["/usr/bin/dd"] != 1 || interp == "" {
-		t.Errorf("files %v: want /usr/bin/dd and its interpreter", names)
+	if names["/usr/bin/dd"] != 1 || names["/bin/sh"] != 1 || names["/bin/dash"] != 0 || interp == "" {
+		t.Errorf("files %v: want /usr/bin/dd, /bin/sh and their interpreter", names)
 	}
 	libc := false
 	for n := range names {
@@ -167,8 +174,71 @@ func TestHostToolFiles(t *testing.T) {
 	if !libc {
 		t.Errorf("files %v: want libc.so.6", names)
 	}
-	if _, err := hostToolFiles([]string{filepath.Join(t.TempDir(), "none")}); err == nil {
+	if _, err := hostToolFiles(map[string]string{"/x": filepath.Join(t.TempDir(), "none")}); err == nil {
 		t.Error("a missing tool gave no error")
+	}
+}
+
+// The glibc stand-in's shell runs GNU dd: a pipeline through its
+// /bin/sh writes with oflag=nocache, which busybox's shell (it runs its
+// own dd whatever PATH says) refuses. The image's layer is unpacked and
+// run in a chroot, which needs root.
+func TestGlibcStandInShellRunsGNUdd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root")
+	}
+	ctx := context.Background()
+	applets, err := busyboxApplets(ctx, hostBusybox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := hostToolFiles(GlibcStandInTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		extra []imageFile
+		ok    bool
+	}{{"busybox", nil, false}, {"glibc", files, true}} {
+		archive := filepath.Join(dir, tc.name+".tar")
+		if err := writeBusyboxImage(archive, hostBusybox, applets, []string{"example.com/" + tc.name + ":1"}, []string{"/bin/sh"}, tc.extra...); err != nil {
+			t.Fatal(err)
+		}
+		root := filepath.Join(dir, tc.name)
+		unpackLayer(t, archive, root)
+		out, err := exec.Command("chroot", root, "/bin/sh", "-c", "echo written | dd of=/tmp/out oflag=nocache bs=512 count=1 && cat /tmp/out").CombinedOutput()
+		if tc.ok && (err != nil || !strings.Contains(string(out), "written")) {
+			t.Errorf("%s image: dd oflag=nocache under its shell: %v\n%s", tc.name, err, out)
+		}
+		if !tc.ok && err == nil {
+			t.Errorf("%s image: dd oflag=nocache succeeded; the stand-in's reason to exist is gone:\n%s", tc.name, out)
+		}
+	}
+}
+
+// unpackLayer writes the directories, files and symlinks of the one layer
+// of a docker-archive under root.
+func unpackLayer(t *testing.T, archive, root string) {
+	t.Helper()
+	headers, bodies := layerEntries(t, archive)
+	for _, h := range headers {
+		path := filepath.Join(root, h.Name)
+		var err error
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(path, os.FileMode(h.Mode).Perm())
+		case tar.TypeReg:
+			err = os.WriteFile(path, bodies[h.Name], os.FileMode(h.Mode).Perm())
+		case tar.TypeSymlink:
+			err = os.Symlink(h.Linkname, path)
+		default:
+			t.Fatalf("%s: entry type %c", h.Name, h.Typeflag)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -203,13 +273,19 @@ func TestBusyboxImageExtraFileDirectories(t *testing.T) {
 // layerHeaders reads the headers of the one layer of a docker-archive.
 func layerHeaders(t *testing.T, archive string) []*tar.Header {
 	t.Helper()
+	headers, _ := layerEntries(t, archive)
+	return headers
+}
+
+// layerEntries reads the one layer of a docker-archive with tarEntries.
+func layerEntries(t *testing.T, archive string) ([]*tar.Header, map[string][]byte) {
+	t.Helper()
 	_, files := archiveEntries(t, archive)
 	var m []struct{ Layers []string }
 	if err := json.Unmarshal(files["manifest.json"], &m); err != nil || len(m) != 1 || len(m[0].Layers) != 1 {
 		t.Fatalf("manifest.json: %v %s", err, files["manifest.json"])
 	}
-	headers, _ := tarEntries(t, bytes.NewReader(files[m[0].Layers[0]]))
-	return headers
+	return tarEntries(t, bytes.NewReader(files[m[0].Layers[0]]))
 }
 
 // archiveEntries reads the tar file at path with tarEntries.

@@ -220,10 +220,10 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 		t.Fatal(err)
 	}
 	t.Logf("test images served by the host's busybox: %s", strings.Join(refs, " "))
-	if err := c.ImportBusyboxWithTools(ctx, glibcTools, glibcRefs...); err != nil {
+	if err := c.ImportBusyboxWithTools(ctx, cluster.GlibcStandInTools, glibcRefs...); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("test images served by the host's busybox and %s: %s", strings.Join(glibcTools, " "), strings.Join(glibcRefs, " "))
+	t.Logf("test images served by the host's busybox with %v: %s", cluster.GlibcStandInTools, strings.Join(glibcRefs, " "))
 	if *externalFocus == ciFocus() {
 		return
 	}
@@ -239,11 +239,6 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 	}
 	t.Logf("agnhost images served by bin/agnhost: %s", strings.Join(agnhostRefs, " "))
 }
-
-// glibcTools are the host's GNU tools in the stand-in for the suite's
-// glibc-dns-testing image: the multiVolume specs write through it with
-// dd oflag=nocache, which busybox's dd refuses.
-var glibcTools = []string{"/usr/bin/dd"}
 
 // imageName is the last path element of an image reference, without its
 // tag: "busybox" for registry.k8s.io/e2e-test-images/busybox:1.37.0-2.
