@@ -3,15 +3,18 @@ package controller
 import (
 	"context"
 	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/driver"
 )
 
 // ControllerPublishVolume grants a node access: the publication is recorded
@@ -34,6 +37,9 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 	node, err := export.ParseNodeID(req.GetNodeId())
 	if err != nil {
 		return nil, status.Errorf(codes.NotFound, "node %q: %v", req.GetNodeId(), err)
+	}
+	if err := s.ownHostNQN(ctx, id, node); err != nil {
+		return nil, err
 	}
 	want := v1alpha1.Publication{NodeID: req.GetNodeId(), HostNQN: v1alpha1.NQN(node.HostNQN), AccessMode: mode, ReadOnly: req.GetReadonly()}
 	unlock, err := s.lock(id)
@@ -96,6 +102,41 @@ func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.Controll
 		return nil, err
 	}
 	return &csi.ControllerPublishVolumeResponse{}, nil
+}
+
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=csinodes,verbs=get;list;watch
+
+// ownHostNQN refuses a publication to a node whose host NQN another node
+// presents too (cloned machine images carry /etc/nvme/hostnqn along): the
+// storage node knows hosts only by NQN, so its access list could not keep
+// a volume published to one of them from the others, and revoking one
+// would not fence it. The other nodes' NQNs are read from their CSINodes,
+// where pillar-node registered its node ID.
+func (s *Service) ownHostNQN(ctx context.Context, id string, node export.NodeID) error {
+	var nodes storagev1.CSINodeList
+	if err := s.cfg.Client.List(ctx, &nodes); err != nil {
+		return status.Errorf(codes.Unavailable, "volume %s: listing CSINodes to check that node %s's host NQN is its own: %v", id, node.NodeName, err)
+	}
+	var others []string
+	for _, n := range nodes.Items {
+		if n.Name == node.NodeName {
+			continue
+		}
+		for _, d := range n.Spec.Drivers {
+			if d.Name != driver.Name {
+				continue
+			}
+			if other, err := export.ParseNodeID(d.NodeID); err == nil && other.HostNQN == node.HostNQN {
+				others = append(others, n.Name)
+			}
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	slices.Sort(others)
+	return errorf(codes.FailedPrecondition, id, "node %s presents NVMe host NQN %s, and so does node %s: the storage node cannot tell them apart, so a volume published to one would be open to the other; give each node its own /etc/nvme/hostnqn and /etc/nvme/hostid (docs/troubleshooting.md, \"Nodes sharing a host NQN\")",
+		node.NodeName, node.HostNQN, strings.Join(others, ", "))
 }
 
 // exclusive applies the access modes: a read-write publication excludes

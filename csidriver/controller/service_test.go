@@ -15,6 +15,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,6 +24,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/controller"
+	"github.com/pillar-csi/pillar-csi/csidriver/driver"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/envtestsuite"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
@@ -259,6 +261,55 @@ func TestCreateResumes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A node whose host NQN another node's CSINode presents too is refused:
+// the storage node could not keep the volume from the other node. The
+// node's own CSINode, another driver's entry and another NQN do not count.
+func TestPublishRefusesASharedHostNQN(t *testing.T) {
+	id := uniq("pvc-shared-nqn")
+	ctx := context.Background()
+	s := newService(t)
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	csiNode := func(name string, drivers ...storagev1.CSINodeDriver) *storagev1.CSINode {
+		n := &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: storagev1.CSINodeSpec{Drivers: drivers}}
+		if err := cluster.Admin.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cluster.Admin.Delete(context.Background(), n) })
+		return n
+	}
+	csiNode("worker-a", storagev1.CSINodeDriver{Name: driver.Name, NodeID: nodeA})
+	csiNode("worker-b", storagev1.CSINodeDriver{Name: driver.Name, NodeID: nodeB}, storagev1.CSINodeDriver{Name: "other.example.com", NodeID: "worker-b/" + hostA})
+	pub := func() error {
+		_, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo})
+		return err
+	}
+	if err := pub(); err != nil {
+		t.Fatalf("no other node presents node A's NQN: %v", err)
+	}
+	if _, err := s.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA}); err != nil {
+		t.Fatal(err)
+	}
+	clone := csiNode("worker-c", storagev1.CSINodeDriver{Name: driver.Name, NodeID: "worker-c/" + hostA})
+	wantCode(t, "a host NQN worker-c presents too", pub(), codes.FailedPrecondition, "worker-a", "worker-c", hostA, "Nodes sharing a host NQN")
+	if h := agent.Exports()[id].Hosts; len(h) != 0 {
+		t.Errorf("the refused publication allowed hosts %v", h)
+	}
+	if p := record(t, id).Spec.Publications; len(p) != 0 {
+		t.Errorf("the refused publication was recorded: %v", p)
+	}
+	if err := cluster.Admin.Delete(ctx, clone); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub(); err != nil {
+		t.Errorf("with worker-c gone: %v", err)
+	}
+	if h := agent.Exports()[id].Hosts; !slices.Equal(h, []string{hostA}) {
+		t.Errorf("allowed hosts = %v, want node A's", h)
 	}
 }
 
