@@ -33,6 +33,11 @@
 //     (the guest has only lo), and the node name in /etc/hosts.
 //   - tmpfs for containerd's and the kubelet's state and for etcd's data:
 //     overlayfs snapshots cannot use the guest's overlay root as upper layer.
+//   - an NVMe host identity of the node's own in /etc/nvme (hostnqn and
+//     hostid, derived from the node name, so the same on every boot): the
+//     guests run the host's userland, whose /etc/nvme/hostnqn (written by
+//     the host's nvme-cli) would otherwise be every node's, and the storage
+//     node's access lists could not tell the nodes apart.
 //
 // # Two kernels
 //

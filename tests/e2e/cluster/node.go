@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -108,12 +109,34 @@ func (c *Cluster) prepareNode(ctx context.Context) error {
 		return fmt.Errorf("node name: %w", err)
 	}
 
-	for _, dir := range []string{"/var/lib/containerd", "/var/lib/kubelet", c.dir("etcd")} {
+	for _, dir := range []string{"/var/lib/containerd", "/var/lib/kubelet", c.dir("etcd"), nvmeConfigDir} {
 		if err := c.tmpfs(ctx, dir); err != nil {
 			return err
 		}
 	}
+	nqn, id := hostIdentity(c.NodeName)
+	for name, v := range map[string]string{"hostnqn": nqn, "hostid": id} {
+		if err := os.WriteFile(filepath.Join(nvmeConfigDir, name), []byte(v+"\n"), 0o644); err != nil {
+			return fmt.Errorf("the node's NVMe host identity: %w", err)
+		}
+	}
 	return nil
+}
+
+// nvmeConfigDir holds a node's NVMe host identity (hostnqn, hostid), which
+// pillar-node presents to the storage node.
+const nvmeConfigDir = "/etc/nvme"
+
+// hostIdentity is the NVMe host NQN and host ID of the node named name:
+// the same on every boot of that node, and different from every other
+// node's. A real node's nvme-cli install generates its own; the guests
+// run the host's userland and would all present the host's.
+func hostIdentity(name string) (nqn, id string) {
+	sum := sha256.Sum256([]byte("pillar-lab node " + name))
+	sum[6] = sum[6]&0x0f | 0x40 // version 4 layout
+	sum[8] = sum[8]&0x3f | 0x80 // RFC 4122 variant
+	id = fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
+	return "nqn.2014-08.org.nvmexpress:uuid:" + id, id
 }
 
 // nodeNetwork gives the node its address: on a dummy interface with an
