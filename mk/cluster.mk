@@ -76,8 +76,11 @@ e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end su
 # link, with its pools and its state (the agent's fencing marks) on raw
 # disks that survive its power cut. Volumes
 # cross the link between the two kernels, and TestStorageNodePowerCut
-# kills the storage guest's QEMU and boots it again. The storage guest has
-# one vCPU: two guests of two vCPUs on two host cores slowed everything
+# kills the storage guest's QEMU and boots it again. The storage guest is
+# also a second worker (cordoned; TestTwoWorkers places pods on it by
+# name): an RWO volume refused to it while the main node holds it, moved
+# to it, and read back there after its own power cut, a worker's real
+# reboot. The storage guest has one vCPU: two guests of two vCPUs on two host cores slowed everything
 # 1.5-2.4x, and it idles once its node is up.
 # make check does not run them: on the CI machine the two guests ran
 # 1.6x slower than on an idle host (the install and the power cut took
@@ -85,14 +88,15 @@ e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end su
 # outlasted the test's limit; make check keeps the one-guest stand-in,
 # TestStorageNodeRestart. make e2e-power-cut is the shorter part (install
 # and power cut). Measured on an idle host: make e2e-two 25 minutes of VM
-# time, make e2e-power-cut about 13.
-E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestStorageNodePowerCut)$$
+# time before TestTwoWorkers, which adds about 10 (628 s on a slow host),
+# make e2e-power-cut about 13.
+E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestStorageNodePowerCut|TestTwoWorkers)$$
 E2E_POWER_CUT_RUN ?= ^(TestInstall|TestStorageNodePowerCut)$$
 E2E_PEER_MEMORY_MB ?= 1536
 e2e_two = $(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -peer-m $(E2E_PEER_MEMORY_MB) -peer-smp 1 -peer-disks 4096,1024,256 -timeout 80m tests/e2e/pillar -- -test.timeout 70m
 
 .PHONY: e2e-two
-e2e-two: pillar-lab images cluster-tools ## Run the end-to-end tests that need two kernels (storage node and worker in separate guests, the storage node's power cut) in the lab (needs root)
+e2e-two: pillar-lab images cluster-tools ## Run the end-to-end tests that need two kernels (storage node and worker in separate guests, the storage node's power cut, the storage node as a second worker) in the lab (needs root)
 	$(e2e_two) -test.run '$(E2E_TWO_RUN)' $(E2EFLAGS)
 
 .PHONY: e2e-power-cut

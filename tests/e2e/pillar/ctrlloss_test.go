@@ -201,7 +201,7 @@ func TestStorageNodeDownPastCtrlLoss(t *testing.T) {
 	t1 := time.Now()
 	kubectl(t, c, "delete", "pod", "-n", ns, "ticker", "prober", "--wait=true", "--timeout=3m")
 	record(t, "storage node down past ctrl_loss_tmo: pods deleted", time.Since(t1))
-	readBack(t, c, ns, volume, sum, written)
+	readBack(t, c, ns, "", volume, sum, written)
 	record(t, "storage node down past ctrl_loss_tmo: pods deleted until the data read back", time.Since(t1))
 	t.Logf("a new pod read back the blob and all %d chunks the ticker reported", len(written))
 	deleteClaim(t, c, ns, pv, volumeID, zvolExists, "storage node down past ctrl_loss_tmo")

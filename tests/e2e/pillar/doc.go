@@ -18,6 +18,12 @@
 // external-storage e2e suite (bin/e2e.test) with
 // testdata/external-driver.yaml.
 //
+// In a two-guest run (make e2e-two) the storage node is a guest of its
+// own, which the suite also uses as a second worker: its power is cut
+// under a pod on the main node (TestStorageNodePowerCut), and under a pod
+// on itself after an RWO volume was refused to it and moved to it
+// (TestTwoWorkers).
+//
 // The tests carry the kernel build tag and run with make e2e (all of
 // them), make e2e-ci (the subset make check runs) or make e2e-full (the
 // whole external-storage suite), which boot the lab with 3 GiB. TestMain boots the cluster and the storage (a zpool named

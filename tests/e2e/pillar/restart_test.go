@@ -166,18 +166,22 @@ func storageOutage(t *testing.T, c *cluster.Cluster, what string, heal time.Dura
 	// The writer may have written chunks after the last read of its log:
 	// the checker must find at least every chunk seen here.
 
-	readBack(t, c, ns, volume, sum, written)
+	readBack(t, c, ns, "", volume, sum, written)
 	t.Logf("a new pod read back the blob and all %d chunks (%d written before the outage)", len(written), before)
 	deleteClaim(t, c, ns, pv, volumeID, zvolExists, what)
 }
 
-// readBack runs the checker pod on volume and checks that it reads back
-// the blob with sha256 sum and every chunk of written (the checker may
-// find more: a writer can write chunks after the last read of its log),
-// then deletes the checker.
-func readBack(t *testing.T, c *cluster.Cluster, ns, volume, sum string, written []tick) {
+// readBack runs the checker pod on volume, on node ("" leaves it to the
+// scheduler), and checks that it reads back the blob with sha256 sum and
+// every chunk of written (the checker may find more: a writer can write
+// chunks after the last read of its log), then deletes the checker.
+func readBack(t *testing.T, c *cluster.Cluster, ns, node, volume, sum string, written []tick) {
 	t.Helper()
-	apply(t, c, pod(ns, "checker", checkerScript, volume, false))
+	checker := pod(ns, "checker", checkerScript, volume, false)
+	if node != "" {
+		checker = onNode(checker, node)
+	}
+	apply(t, c, checker)
 	waitSucceeded(t, c, ns, "checker")
 	if got := podSum(t, c, ns, "checker"); got != sum {
 		t.Errorf("the blob reads back with sha256 %s, the writer wrote %s", got, sum)

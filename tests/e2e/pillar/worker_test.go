@@ -54,12 +54,7 @@ func TestWorkerLostForceDetach(t *testing.T) {
 	if err != nil {
 		t.Fatalf("volume handle %q: %v", volumeID, err)
 	}
-	nodeID := kubectl(t, c, "get", "csinode", c.NodeName, "-o", `jsonpath={.spec.drivers[?(@.name=="pillar-csi.io")].nodeID}`)
-	_, hostNQN, ok := strings.Cut(nodeID, "/")
-	if !ok {
-		t.Fatalf("CSINode %s: node ID %q has no host NQN", c.NodeName, nodeID)
-	}
-	allowed := filepath.Join(fixture.NVMetRoot, "subsystems", id.SubsystemNQN, "allowed_hosts", hostNQN)
+	allowed := filepath.Join(fixture.NVMetRoot, "subsystems", id.SubsystemNQN, "allowed_hosts", hostNQN(t, c, c.NodeName))
 
 	volume := "persistentVolumeClaim: {claimName: data}"
 	apply(t, c, pod(ns, "ticker", tickerScript, volume, false))
@@ -166,7 +161,7 @@ func TestWorkerLostForceDetach(t *testing.T) {
 	restored = true
 	record(t, "worker lost: lost until back and untainted", time.Since(t0))
 
-	readBack(t, c, ns, volume, sum, written)
+	readBack(t, c, ns, "", volume, sum, written)
 	t.Logf("a new pod read back the blob and all %d chunks the lost pod reported", len(written))
 	record(t, "worker lost: lost until the data read back", time.Since(t0))
 	kubectl(t, c, "delete", "pod", "-n", ns, "ticker", "--ignore-not-found", "--wait=true", "--timeout=3m")
