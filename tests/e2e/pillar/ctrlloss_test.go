@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
@@ -92,14 +91,7 @@ func TestStorageNodeDownPastCtrlLoss(t *testing.T) {
 	})
 
 	ns := testNamespace(t, c)
-	apply(t, c, claim(ns, "data", shortLossClass, "Filesystem", "ReadWriteOnce", "256Mi"))
-	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
-	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
-	volumeID := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
-	id, err := export.For(volumeID)
-	if err != nil {
-		t.Fatalf("volume handle %q: %v", volumeID, err)
-	}
+	pv, volumeID, id := boundClaim(t, c, ns, shortLossClass, "256Mi")
 	if got := kubectl(t, c, "get", "pv", pv, "-o", `jsonpath={.spec.csi.volumeAttributes.pillar-csi\.io/ctrlLossTimeoutSeconds}`); got != fmt.Sprint(int(ctrlLoss.Seconds())) {
 		t.Fatalf("PV %s: ctrlLossTimeoutSeconds %q in its volume attributes, want %d", pv, got, int(ctrlLoss.Seconds()))
 	}

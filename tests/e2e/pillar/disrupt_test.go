@@ -299,10 +299,7 @@ func TestNodePluginKilledBetweenStageAndPublish(t *testing.T) {
 	podCgroup := podCgroupDir(t, kubectl(t, c, "get", "pod", "-n", deploy.Namespace, nodePod, "-o", "jsonpath={.metadata.uid}"))
 	restartsBefore := kubectl(t, c, "get", "pod", "-n", deploy.Namespace, nodePod, "-o", "jsonpath={.status.containerStatuses[?(@.name==\"pillar-node\")].restartCount}")
 
-	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "128Mi"))
-	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
-	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
-	volumeID := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
+	pv, volumeID, _ := boundClaim(t, c, ns, "zfs-nvmeof", "128Mi")
 	recordPath := filepath.Join(nodeStateDir, volumeID+".json")
 
 	t0 := time.Now()

@@ -35,10 +35,7 @@ const pvsCRD = "pillarvolumestates.pillar-csi.io"
 func TestExportSpecMissingRecovery(t *testing.T) {
 	c := setup(t)
 	ns := testNamespace(t, c)
-	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "256Mi"))
-	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
-	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
-	volumeID := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
+	pv, volumeID, _ := boundClaim(t, c, ns, "zfs-nvmeof", "256Mi")
 	wait(t, c, "", "pillarvolumestate/"+volumeID, "condition=Ready", 5*time.Minute)
 	// What the procedure states; the subsystem NQN it leaves to the
 	// driver, which derives the one the volume was created with.

@@ -86,14 +86,7 @@ func TestStorageNodePowerCut(t *testing.T) {
 func storageOutage(t *testing.T, c *cluster.Cluster, what string, heal time.Duration, disrupt func(t *testing.T, id export.Identity, agentPod string)) {
 	ctx := context.Background()
 	ns := testNamespace(t, c)
-	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "256Mi"))
-	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
-	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
-	volumeID := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
-	id, err := export.For(volumeID)
-	if err != nil {
-		t.Fatalf("volume handle %q: %v", volumeID, err)
-	}
+	pv, volumeID, id := boundClaim(t, c, ns, "zfs-nvmeof", "256Mi")
 	volume := "persistentVolumeClaim: {claimName: data}"
 	apply(t, c, pod(ns, "ticker", tickerScript, volume, false))
 	wait(t, c, ns, "pod/ticker", "condition=Ready", 5*time.Minute)
@@ -250,6 +243,22 @@ func controllerState(ctrl string) string {
 		return "gone"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// boundClaim creates the Filesystem, ReadWriteOnce claim "data" of size
+// in ns from class, waits until it is Bound, and returns its PV, the
+// volume ID and the volume's export identity.
+func boundClaim(t *testing.T, c *cluster.Cluster, ns, class, size string) (pv, volumeID string, id export.Identity) {
+	t.Helper()
+	apply(t, c, claim(ns, "data", class, "Filesystem", "ReadWriteOnce", size))
+	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
+	pv = kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
+	volumeID = kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
+	id, err := export.For(volumeID)
+	if err != nil {
+		t.Fatalf("volume handle %q: %v", volumeID, err)
+	}
+	return pv, volumeID, id
 }
 
 // claim renders a PersistentVolumeClaim.

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
@@ -49,14 +48,7 @@ func TestTwoWorkers(t *testing.T) {
 	}
 	ctx := context.Background()
 	ns := testNamespace(t, c)
-	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "256Mi"))
-	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
-	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
-	volumeID := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
-	id, err := export.For(volumeID)
-	if err != nil {
-		t.Fatalf("volume handle %q: %v", volumeID, err)
-	}
+	pv, volumeID, id := boundClaim(t, c, ns, "zfs-nvmeof", "256Mi")
 	mainNQN, peerNQN := hostNQN(t, c, c.NodeName), hostNQN(t, c, c.PeerName)
 	if mainNQN == peerNQN {
 		t.Fatalf("both nodes present host NQN %s: the storage node's access list cannot tell them apart", mainNQN)
@@ -127,10 +119,7 @@ spec:
 
 	// A writer on the storage node, on a claim of its own (the first one
 	// is gone; this one takes its name), and that node's power cut.
-	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "256Mi"))
-	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
-	pv = kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
-	volumeID = kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
+	pv, volumeID, _ = boundClaim(t, c, ns, "zfs-nvmeof", "256Mi")
 	// restartPolicy Always, as a Deployment's or StatefulSet's pod has.
 	writer := strings.Replace(pod(ns, "ticker2", resumingTickerScript, volume, false), "restartPolicy: Never", "restartPolicy: Always", 1)
 	apply(t, c, onNode(writer, c.PeerName))

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
@@ -46,14 +45,7 @@ func TestWorkerLostForceDetach(t *testing.T) {
 	}
 	ctx := context.Background()
 	ns := testNamespace(t, c)
-	apply(t, c, claim(ns, "data", "zfs-nvmeof", "Filesystem", "ReadWriteOnce", "256Mi"))
-	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
-	pv := kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
-	volumeID := kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
-	id, err := export.For(volumeID)
-	if err != nil {
-		t.Fatalf("volume handle %q: %v", volumeID, err)
-	}
+	pv, volumeID, id := boundClaim(t, c, ns, "zfs-nvmeof", "256Mi")
 	allowed := filepath.Join(fixture.NVMetRoot, "subsystems", id.SubsystemNQN, "allowed_hosts", hostNQN(t, c, c.NodeName))
 
 	volume := "persistentVolumeClaim: {claimName: data}"
