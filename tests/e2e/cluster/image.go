@@ -11,9 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -117,12 +118,7 @@ func hostToolFiles(tools map[string]string) ([]imageFile, error) {
 		}
 		return nil
 	}
-	names := make([]string, 0, len(tools))
-	for name := range tools {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(tools)) {
 		src := tools[name]
 		if !seen[name] {
 			seen[name] = true
