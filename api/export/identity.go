@@ -30,9 +30,12 @@ const (
 	// stays well within MaxNQNLength.
 	MaxVolumeIDLength = 128
 
-	// MaxNQNLength is the longest NQN the NVMe specification allows, in
-	// bytes (NVMF_NQN_SIZE in the kernel is this plus the NUL).
-	MaxNQNLength = 223
+	// MaxNQNLength is the longest NQN pillar-csi accepts, in bytes: the
+	// longest a Linux host can use. The NVMe specification allows 223
+	// bytes (NVMF_NQN_SIZE), but the Linux initiator refuses an NQN of 223
+	// bytes or more (nvmf_parse_options: "needs to be < 223 bytes"), and
+	// configfs.MaxNQNLen, proven in the kernel lab, is this value.
+	MaxNQNLength = 222
 
 	// PillarUUIDNamespace is the RFC 9562 namespace of namespace UUIDs.
 	// Changing it would change the identity of every existing volume.

@@ -81,7 +81,7 @@ func TestValidateNQN(t *testing.T) {
 		"nqn.1994-05.com.redhat:3c5e6f1a2b",
 		"nqn.2026-01.io.pillar-csi:volume:pvc-1",
 		"nqn.2014-08.com.Example:host_01+a=b",
-		"nqn.2014-08.com.example:" + strings.Repeat("x", 223-len("nqn.2014-08.com.example:")),
+		"nqn.2014-08.com.example:" + strings.Repeat("x", MaxNQNLength-len("nqn.2014-08.com.example:")),
 	} {
 		if err := ValidateNQN(nqn); err != nil {
 			t.Errorf("ValidateNQN(%q) = %v, want nil", nqn, err)
@@ -98,7 +98,8 @@ func TestValidateNQN(t *testing.T) {
 		"nqn.2014-08.org.example:a/b",       // '/' cannot be a configfs name
 		"nqn.2014-08.org.example:a b",       // space
 		"nqn.2014-08.org.example:caf\u00e9", // non-ASCII
-		"nqn.2014-08.com.example:" + strings.Repeat("x", 224-len("nqn.2014-08.com.example:")),
+		// 223 bytes: the specification's limit, which the Linux initiator refuses
+		"nqn.2014-08.com.example:" + strings.Repeat("x", 223-len("nqn.2014-08.com.example:")),
 	} {
 		err := ValidateNQN(nqn)
 		var e *Error

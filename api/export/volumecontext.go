@@ -222,7 +222,7 @@ var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([
 // The text form is NodeName + NodeIDSeparator + HostNQN, for example
 // "worker-1/nqn.2014-08.org.nvmexpress:uuid:6b6f3a52-…", at most
 // MaxNodeIDLength bytes. A node name of up to 253 bytes and an NQN of up to
-// 223 bytes could exceed that together; FormatNodeID refuses such a pair
+// 222 bytes could exceed that together; FormatNodeID refuses such a pair
 // with a clear error rather than truncating either part.
 type NodeID struct {
 	NodeName string

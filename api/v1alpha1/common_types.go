@@ -34,14 +34,15 @@ type IPAddress string
 // NQN is an NVMe Qualified Name (NVM Express Base Specification, "NVMe
 // Qualified Names"): "nqn.", the year and month the naming authority took
 // its domain, ".", that domain reversed, ":" and a name unique under the
-// domain, at most 223 bytes; for example
+// domain, at most 222 bytes (the NVMe specification allows 223, but the
+// Linux initiator refuses an NQN of 223 bytes or more); for example
 // nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6. The
 // name part is printable ASCII without "/", because nvmet uses an NQN as a
 // configfs directory name.
 //
 // +kubebuilder:validation:MinLength=1
-// +kubebuilder:validation:MaxLength=223
-// +kubebuilder:validation:XValidation:rule=`self.matches('^nqn[.][0-9]{4}-(0[1-9]|1[0-2])[.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*:[!-.0-~]+$')`,message="must be an NVMe Qualified Name such as nqn.2014-08.org.nvmexpress:uuid:<uuid> (nqn.yyyy-mm.reversed.domain:name, printable ASCII without spaces or '/', at most 223 characters)"
+// +kubebuilder:validation:MaxLength=222
+// +kubebuilder:validation:XValidation:rule=`self.matches('^nqn[.][0-9]{4}-(0[1-9]|1[0-2])[.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?([.][A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*:[!-.0-~]+$')`,message="must be an NVMe Qualified Name such as nqn.2014-08.org.nvmexpress:uuid:<uuid> (nqn.yyyy-mm.reversed.domain:name, printable ASCII without spaces or '/', at most 222 characters)"
 type NQN string
 
 // ObjectName is the name of another cluster-scoped object (a Pillar*
