@@ -6,11 +6,15 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
@@ -31,6 +35,10 @@ var lab struct {
 }
 
 func TestMain(m *testing.M) {
+	// The suite's controller-runtime client (disrupt_test.go) logs through
+	// this: its warnings reach the run's output, and it no longer prints
+	// "log.SetLogger(...) was never called" with a stack on first use.
+	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	// The peer guest of a two-guest run is the storage node: it runs no
 	// test, it serves until the host powers it off.
 	if guest.Role() == guest.RolePeer {
