@@ -23,9 +23,13 @@ import (
 // chunk a second, each fsynced, and logs "tick=<n> <sha256> <unix time>"
 // for every chunk that reached the volume; the checker prints the same
 // line for every chunk file it finds, so the two logs compare directly.
+// A ticker that starts again on the same volume (its node rebooted) keeps
+// the blob it finds, says at which chunk it starts ("start=<n>"; a first
+// start says 0) and writes on from there.
 const (
-	tickerScript = `set -e; dd if=/dev/urandom of=/data/blob bs=1M count=$MIB 2>/dev/null; sync; set -- $(sha256sum /data/blob); echo "sum=$1"
-i=0; while :; do dd if=/dev/urandom of=/data/chunk.$i bs=64k count=1 conv=fsync 2>/dev/null; set -- $(sha256sum /data/chunk.$i); echo "tick=$i $1 $(date +%s)"; i=$((i+1)); sleep 1; done`
+	tickerScript = `set -e; if [ ! -e /data/blob ]; then dd if=/dev/urandom of=/data/blob.new bs=1M count=$MIB 2>/dev/null; sync; mv /data/blob.new /data/blob; sync; fi; set -- $(sha256sum /data/blob); echo "sum=$1"
+i=0; while [ -e /data/chunk.$i ]; do i=$((i+1)); done; echo "start=$i"
+while :; do dd if=/dev/urandom of=/data/chunk.$i bs=64k count=1 conv=fsync 2>/dev/null; set -- $(sha256sum /data/chunk.$i); echo "tick=$i $1 $(date +%s)"; i=$((i+1)); sleep 1; done`
 	checkerScript = `set -e; set -- $(sha256sum /data/blob); echo "sum=$1"
 i=0; while [ -e /data/chunk.$i ]; do set -- $(sha256sum /data/chunk.$i); echo "tick=$i $1"; i=$((i+1)); done`
 )

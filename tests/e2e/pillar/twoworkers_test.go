@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
@@ -121,7 +122,7 @@ spec:
 	// is gone; this one takes its name), and that node's power cut.
 	pv, volumeID, _ = boundClaim(t, c, ns, "zfs-nvmeof", "256Mi")
 	// restartPolicy Always, as a Deployment's or StatefulSet's pod has.
-	writer := strings.Replace(pod(ns, "ticker2", resumingTickerScript, volume, false), "restartPolicy: Never", "restartPolicy: Always", 1)
+	writer := strings.Replace(pod(ns, "ticker2", tickerScript, volume, false), "restartPolicy: Never", "restartPolicy: Always", 1)
 	apply(t, c, onNode(writer, c.PeerName))
 	wait(t, c, ns, "pod/ticker2", "condition=Ready", 5*time.Minute)
 	waitTicks("ticker2", 3)
@@ -171,14 +172,6 @@ spec:
 	deleteClaim(t, c, ns, pv, volumeID, zvolExists, "worker reboot")
 }
 
-// resumingTickerScript is tickerScript for a pod that may start again on
-// the same volume (its node rebooted): it keeps a blob it finds, says at
-// which chunk it starts ("start=N"), and writes on from there. Only its
-// first start logs ticks from 0.
-const resumingTickerScript = `set -e; if [ ! -e /data/blob ]; then dd if=/dev/urandom of=/data/blob.new bs=1M count=$MIB 2>/dev/null; sync; mv /data/blob.new /data/blob; sync; fi; set -- $(sha256sum /data/blob); echo "sum=$1"
-i=0; while [ -e /data/chunk.$i ]; do i=$((i+1)); done; echo "start=$i"
-while :; do dd if=/dev/urandom of=/data/chunk.$i bs=64k count=1 conv=fsync 2>/dev/null; set -- $(sha256sum /data/chunk.$i); echo "tick=$i $1 $(date +%s)"; i=$((i+1)); sleep 1; done`
-
 // onNode places a pod manifest (pod's) on node by name, past the
 // scheduler and a cordon.
 func onNode(manifest, node string) string {
@@ -190,9 +183,9 @@ func onNode(manifest, node string) string {
 func hostNQN(t *testing.T, c *cluster.Cluster, node string) string {
 	t.Helper()
 	nodeID := kubectl(t, c, "get", "csinode", node, "-o", `jsonpath={.spec.drivers[?(@.name=="pillar-csi.io")].nodeID}`)
-	_, nqn, ok := strings.Cut(nodeID, "/")
-	if !ok {
-		t.Fatalf("CSINode %s: node ID %q has no host NQN", node, nodeID)
+	id, err := export.ParseNodeID(nodeID)
+	if err != nil {
+		t.Fatalf("CSINode %s: %v", node, err)
 	}
-	return nqn
+	return id.HostNQN
 }
