@@ -57,12 +57,16 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The socket file appears at bind(2), a moment before listen(2): a
+	// call that fails fast on "connection refused" races the server.
 	cc, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	info, err := csi.NewNodeClient(cc).NodeGetInfo(context.Background(), &csi.NodeGetInfoRequest{})
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	info, err := csi.NewNodeClient(cc).NodeGetInfo(cctx, &csi.NodeGetInfoRequest{}, grpc.WaitForReady(true))
 	if err != nil || !strings.HasPrefix(info.GetNodeId(), "worker-1/nqn.2014-08.org.nvmexpress:uuid:") {
 		t.Fatalf("NodeGetInfo = %v, %v", info, err)
 	}
@@ -116,10 +120,13 @@ func writeHostNQN(t *testing.T, dir string) string {
 }
 
 // unixConn dials a socket by its plain path, as kubelet does both the
-// registration socket and the endpoint it was given.
+// registration socket and the endpoint it was given. Its calls wait for
+// the connection (up to their deadline): a socket file exists from
+// bind(2) on, a moment before the server listens.
 func unixConn(t *testing.T, path string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient("passthrough:///kubelet", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", path)
 		}))
