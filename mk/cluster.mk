@@ -93,7 +93,8 @@ e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end su
 E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestStorageNodePowerCut|TestTwoWorkers)$$
 E2E_POWER_CUT_RUN ?= ^(TestInstall|TestStorageNodePowerCut)$$
 E2E_PEER_MEMORY_MB ?= 1536
-e2e_two = $(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -peer-m $(E2E_PEER_MEMORY_MB) -peer-smp 1 -peer-disks 4096,1024,256 -timeout 80m tests/e2e/pillar -- -test.timeout 70m
+two_guests = $(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -peer-m $(E2E_PEER_MEMORY_MB) -peer-smp 1 -peer-disks 4096,1024,256
+e2e_two = $(two_guests) -timeout 80m tests/e2e/pillar -- -test.timeout 70m
 
 .PHONY: e2e-two
 e2e-two: pillar-lab images cluster-tools ## Run the end-to-end tests that need two kernels (storage node and worker in separate guests, the storage node's power cut, the storage node as a second worker) in the lab (needs root)
@@ -118,25 +119,34 @@ e2e-perf: pillar-lab images cluster-tools ## Measure claims bound and pods start
 # Every spec of the Kubernetes external-storage suite that needs no SSH to
 # the nodes and no image from a registry ("any volume data source" needs
 # the volume-data-source-validator's): 127 specs of k8s.io/kubernetes
-# v1.37.2, hours under TCG. make e2e-full runs them in three parts, each
+# v1.37.2, hours under TCG. make e2e-full runs them in four parts, each
 # in a cluster boot of its own so that one part fits a working session
 # and a failure is found without waiting for the rest; make e2e-full-1
-# (-2, -3) runs one part. The parts split the suite by the name of the
+# (-2, -3, -4) runs one part. The parts split the suite by the name of the
 # test suite after the pattern ("] subPath should ..."): part 1 is what
 # every claim meets (provisioning, the volume and volumeMode checks,
 # expansion, ReadWriteOncePod, fsGroup), part 2 subPath and ephemeral
-# volumes, part 3 every other spec, so a suite upstream adds lands there.
+# volumes, part 4 the specs that need a second node (a pod recreated "on
+# different node"), part 3 every other spec, so a suite upstream adds
+# lands there. Part 4 runs in two guests (as make e2e-two): the storage
+# node, uncordoned for it, is the second node, and the main guest hands
+# it the suite's test images.
 E2E_FULL_SKIP ?= \[Disruptive\]|\[Flaky\]|any volume data source
 E2E_FULL_1 = provisioning|volumes|volumeIO|volumeMode|volume-expand|read-write-once-pod|fsgroupchangepolicy
 E2E_FULL_2 = subPath|ephemeral
+E2E_FULL_4 = on different node
 e2e_full_focus_1 = External.Storage.*\] ($(E2E_FULL_1))\s
 e2e_full_focus_2 = External.Storage.*\] ($(E2E_FULL_2))\s
 e2e_full_focus_3 = External.Storage
-e2e_full_skip_1 = $(E2E_FULL_SKIP)
-e2e_full_skip_2 = $(E2E_FULL_SKIP)
-e2e_full_skip_3 = $(E2E_FULL_SKIP)|\] ($(E2E_FULL_1)|$(E2E_FULL_2))\s
+e2e_full_focus_4 = External.Storage.*$(E2E_FULL_4)
+e2e_full_skip_1 = $(E2E_FULL_SKIP)|$(E2E_FULL_4)
+e2e_full_skip_2 = $(E2E_FULL_SKIP)|$(E2E_FULL_4)
+e2e_full_skip_3 = $(E2E_FULL_SKIP)|$(E2E_FULL_4)|\] ($(E2E_FULL_1)|$(E2E_FULL_2))\s
+e2e_full_skip_4 = $(E2E_FULL_SKIP)
 
-.PHONY: e2e-full e2e-full-1 e2e-full-2 e2e-full-3
-e2e-full: e2e-full-1 e2e-full-2 e2e-full-3 ## Run the whole Kubernetes external-storage suite against pillar-csi in the lab cluster, in three parts (hours under TCG; needs root)
+.PHONY: e2e-full e2e-full-1 e2e-full-2 e2e-full-3 e2e-full-4
+e2e-full: e2e-full-1 e2e-full-2 e2e-full-3 e2e-full-4 ## Run the whole Kubernetes external-storage suite against pillar-csi in the lab cluster, in four parts (hours under TCG; needs root)
 e2e-full-1 e2e-full-2 e2e-full-3: e2e-full-%: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/agnhost ## One part of make e2e-full (needs root)
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 4h tests/e2e/pillar -- -test.timeout 3h50m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_$*)' -external.skip='$(e2e_full_skip_$*)' -external.timeout=3h30m $(E2EFLAGS)
+e2e-full-4: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/agnhost ## The part of make e2e-full that needs a second node, in two guests (needs root)
+	$(two_guests) -timeout 2h tests/e2e/pillar -- -test.timeout 110m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_4)' -external.skip='$(e2e_full_skip_4)' -external.timeout=90m $(E2EFLAGS)

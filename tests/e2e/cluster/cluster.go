@@ -439,7 +439,8 @@ func (c *Cluster) importImage(ctx context.Context, tarball string) error {
 // content) under the references refs, for suites whose pods name images
 // of their own, such as the Kubernetes e2e suite's busybox and nginx
 // test images: pods that use them with imagePullPolicy IfNotPresent start
-// without a registry.
+// without a registry. In a two-guest run the peer's node imports it too,
+// as it does the images of ImportBusyboxWithTools and ImportAgnhost.
 func (c *Cluster) ImportBusybox(ctx context.Context, refs ...string) error {
 	if len(refs) == 0 {
 		return errors.New("import busybox: no image references")
@@ -448,7 +449,7 @@ func (c *Cluster) ImportBusybox(ctx context.Context, refs ...string) error {
 	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/bin/sh"}); err != nil {
 		return err
 	}
-	return c.importImage(ctx, out)
+	return c.importTestImage(ctx, out)
 }
 
 // ImportBusyboxWithTools imports, under refs, the harness's busybox image
@@ -470,7 +471,7 @@ func (c *Cluster) ImportBusyboxWithTools(ctx context.Context, tools map[string]s
 	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/bin/sh"}, files...); err != nil {
 		return err
 	}
-	return c.importImage(ctx, out)
+	return c.importTestImage(ctx, out)
 }
 
 // ImportAgnhost builds and imports, under refs, a stand-in for the
@@ -486,7 +487,7 @@ func (c *Cluster) ImportAgnhost(ctx context.Context, agnhost string, refs ...str
 	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/agnhost"}, imageFile{name: "agnhost", src: agnhost}); err != nil {
 		return err
 	}
-	return c.importImage(ctx, out)
+	return c.importTestImage(ctx, out)
 }
 
 // removeContainers kills and deletes every container task, so that no

@@ -191,6 +191,11 @@ func (c *Cluster) join(ctx context.Context) error {
 	if err := c.startContainerd(ctx); err != nil {
 		return err
 	}
+	// What the main guest handed over before this boot (a power cut
+	// took it from containerd's tmpfs).
+	if err := importHanded(ctx, peerImages(), true, c.importImage); err != nil {
+		return err
+	}
 	c.mark("containerd up, images imported")
 	if err := c.startNode(ctx); err != nil {
 		return err

@@ -37,8 +37,8 @@ var peerImages = []string{"pillar-agent", "pillar-node"}
 // boot, as a storage node's own boot would: it mounts its state disk and
 // imports the pools found on its disks (creating them on the first boot),
 // joins the main guest's
-// cluster, and serves until the host powers it off. It returns only on
-// failure.
+// cluster, and serves (importing the images the main guest hands it)
+// until the host powers it off. It returns only on failure.
 func ServeStorageNode(ctx context.Context, root string, log io.Writer) error {
 	c, err := cluster.Join(ctx, cluster.JoinOptions{
 		BinDir:   filepath.Join(root, "bin"),
@@ -57,8 +57,7 @@ func ServeStorageNode(ctx context.Context, root string, log io.Writer) error {
 	}
 	fmt.Fprintf(log, "pillar-e2e: storage node %s serving; guest uptime %.1fs, %d MiB used\n",
 		c.NodeName, cluster.Uptime().Seconds(), cluster.MemUsedMiB())
-	<-ctx.Done()
-	return ctx.Err()
+	return c.ServeImports(ctx)
 }
 
 // openPools imports the zpool and activates the volume group on the

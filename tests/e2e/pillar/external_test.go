@@ -92,6 +92,13 @@ func TestExternalStorage(t *testing.T) {
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 
 	stubTestImages(t, c, e2eTest, env)
+	if c.PeerName != "" {
+		// A two-guest run: the specs that need a second node (a pod
+		// recreated on another node) get the storage node, which the
+		// install cordoned; the other tests expect it cordoned again.
+		kubectl(t, c, "uncordon", c.PeerName)
+		t.Cleanup(func() { kubectl(t, c, "cordon", c.PeerName) })
+	}
 
 	out := t.TempDir()
 	selection := []string{
