@@ -80,7 +80,8 @@ e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end su
 # also a second worker (cordoned; TestTwoWorkers places pods on it by
 # name): an RWO volume refused to it while the main node holds it, moved
 # to it, and read back there after its own power cut, a worker's real
-# reboot. The storage guest has one vCPU: two guests of two vCPUs on two host cores slowed everything
+# reboot; a ReadOnlyMany volume read by a pod on each node at once
+# (TestReadOnlyMany). The storage guest has one vCPU: two guests of two vCPUs on two host cores slowed everything
 # 1.5-2.4x, and it idles once its node is up.
 # make check does not run them: on the CI machine the two guests ran
 # 1.6x slower than on an idle host (the install and the power cut took
@@ -90,7 +91,7 @@ e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end su
 # and power cut). Measured on an idle host: make e2e-two 25 minutes of VM
 # time before TestTwoWorkers, which adds about 10 (628 s on a slow host),
 # make e2e-power-cut about 13.
-E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestStorageNodePowerCut|TestTwoWorkers)$$
+E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestReadOnlyMany|TestStorageNodePowerCut|TestTwoWorkers)$$
 E2E_POWER_CUT_RUN ?= ^(TestInstall|TestStorageNodePowerCut)$$
 E2E_PEER_MEMORY_MB ?= 1536
 two_guests = $(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -peer-m $(E2E_PEER_MEMORY_MB) -peer-smp 1 -peer-disks 4096,1024,256
