@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
@@ -21,7 +22,7 @@ import (
 // volume at the same time.
 const (
 	roxWriteScript = `set -e; dd if=/dev/urandom of=/data/blob bs=1M count=$MIB 2>/dev/null; sync; set -- $(sha256sum /data/blob); echo "sum=$1"`
-	roxReadScript  = `set -e; set -- $(sha256sum /data/blob); echo "sum=$1"
+	roxReadScript  = readFileScript + `
 if touch /data/written-by-a-reader 2>/dev/null; then echo "write=allowed"; else echo "write=refused"; fi
 while :; do sleep 3600; done`
 )
@@ -117,7 +118,12 @@ spec:
 			t.Errorf("publication %q, want <node ID> ReadOnlyMany", l)
 			continue
 		}
-		pubNodes = append(pubNodes, strings.SplitN(f[0], "/", 2)[0])
+		nid, err := export.ParseNodeID(f[0])
+		if err != nil {
+			t.Errorf("publication %q: %v", l, err)
+			continue
+		}
+		pubNodes = append(pubNodes, nid.NodeName)
 	}
 	want := slices.Compact(slices.Sorted(slices.Values(nodes)))
 	if slices.Sort(pubNodes); !slices.Equal(pubNodes, want) {
