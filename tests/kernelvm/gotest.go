@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -219,6 +220,11 @@ type TestOptions struct {
 	// Keep keeps the run directory (and the peer's) even when every
 	// package passed, for what the tests left in out/ (captures).
 	Keep bool
+	// Expose lists host directories the tests read besides their
+	// modules: the workspace root, whose bin/ holds the binaries and
+	// images the suites run. Like the modules, each is made visible at
+	// its own path in the guest when the guest's /tmp hides it.
+	Expose []string
 }
 
 // PackageResult is the outcome of one package's test binary.
@@ -309,7 +315,9 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 		return rep, nil
 	}
 
-	var mods []string
+	// Everything the tests read from the host tree: their modules and
+	// what the caller names (a checkout under /tmp is hidden otherwise).
+	mods := slices.Clone(o.Expose)
 	for _, p := range pkgs {
 		mods = append(mods, p.ModuleDir)
 	}

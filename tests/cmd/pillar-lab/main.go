@@ -227,7 +227,7 @@ func test(ctx context.Context, o *options, args []string, runRE string) int {
 	if err != nil {
 		return fail(err)
 	}
-	topts := kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs, PackageTimeout: o.packageTimeout, Keep: o.keep}
+	topts := kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs, PackageTimeout: o.packageTimeout, Keep: o.keep, Expose: []string{ws.Root}}
 	if o.peerMemoryMB > 0 {
 		p := &kernelvm.PeerOptions{VM: kernelvm.VMConfig{MemoryMB: o.peerMemoryMB, CPUs: o.peerCPUs, Timeout: o.vm.Timeout}}
 		for _, f := range strings.FieldsFunc(o.peerDisks, func(r rune) bool { return r == ',' }) {
