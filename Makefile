@@ -23,6 +23,8 @@ export KUBEBUILDER_ASSETS := $(BIN)
 
 # ---------------------------------------------------------------- tools ----
 
+##@ Tools
+
 # Tool binaries and the packages they are built from. Versions are pinned by
 # $(TOOLS_DIR)/go.mod; the version of k8s.io/kubernetes is read from there so
 # that the stamped version always matches the code.
@@ -82,38 +84,79 @@ $(BIN)/etcd: $(wildcard $(TOOLS_DIR)/etcd/*.go)
 
 # ------------------------------------------------------------- generate ----
 
+##@ Develop
+
+# What make generate runs (go:generate lines, buf's plugins) and what make
+# verify adds: neither needs kube-apiserver, so a change to one controller
+# rule is checked without the minutes its build takes.
+GEN_TOOLS    := $(addprefix $(BIN)/,controller-gen protoc-gen-go protoc-gen-go-grpc buf)
+VERIFY_TOOLS := $(GEN_TOOLS) $(BIN)/staticcheck
+
+.PHONY: verify-tools
+verify-tools: $(VERIFY_TOOLS)
+
 .PHONY: generate
-generate: tools ## Regenerate all generated code (deepcopy, CRDs, protobuf) in place
+generate: $(GEN_TOOLS) ## Regenerate all generated code (deepcopy, CRDs, RBAC, protobuf, the chart's copies) in place
 	hack/generate.sh
 
 # ---------------------------------------------------------------- verify ----
 
 .PHONY: verify
-verify: tools ## Fail on stale generated files, untidy go.mod/go.sum, unformatted code, vet or lint findings
+verify: $(VERIFY_TOOLS) ## Fail on stale generated files, untidy go.mod/go.sum, unformatted code, vet or lint findings
 	hack/verify.sh $(MODULES)
 
 # ------------------------------------------------------------------ test ----
 
-# Extra flags for `go test`, e.g. make test TESTFLAGS='-run Foo -v'.
+# One module, package and test: make test MODULE=csidriver PKG=./controller
+# RUN=TestPublish. Without MODULE every module's tests run, and
+# pillar-controller's on the oldest supported Kubernetes (make test-floor).
+MODULE ?=
+PKG    ?= ./...
+RUN    ?=
+# Extra flags for `go test`, e.g. make test TESTFLAGS='-count=1 -v'.
 TESTFLAGS ?=
 # How many times fencing's crash test SIGKILLs a mark writer: a quick loop
 # locally, the full one on CI.
 export PILLAR_FENCING_CRASH_KILLS ?= $(if $(CI),1000,50)
 
-.PHONY: test
-test: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm $(FLOOR_APISERVER) ## Run every module's tests (GOWORK=off), including the real API-server suites, and pillar-controller's on the oldest Kubernetes
+# What each module's tests need from bin/ (envtest's API server, the
+# chart's helm); the others need nothing.
+test-tools.api       := kube-apiserver etcd
+test-tools.csidriver := kube-apiserver etcd
+test-tools.tests     := kube-apiserver etcd helm
+go-test = cd $(1) && GOWORK=off go test $(if $(RUN),-run '$(RUN)') $(TESTFLAGS) $(2)
+
+.PHONY: test test-modules
+ifneq ($(MODULE),)
+test: $(addprefix $(BIN)/,$(test-tools.$(MODULE))) ## Run every module's tests (GOWORK=off) with the real API-server suites, and make test-floor; MODULE=, PKG=, RUN= pick one
+	@[ -f $(MODULE)/go.mod ] || { echo "make test: no module $(MODULE) (one of: $(MODULES))" >&2; exit 1; }
+	$(call go-test,$(MODULE),$(PKG))
+else
+test: test-modules test-floor
+endif
+
+test-modules: $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm
 	@failed=; for m in $(MODULES); do \
 		echo ">> go test $$m"; \
-		(cd $$m && GOWORK=off go test $(TESTFLAGS) ./...) || failed="$$failed $$m"; \
+		($(call go-test,$$m,./...)) || failed="$$failed $$m"; \
 	done; \
-	echo ">> go test csidriver/controllerapp and csidriver/controller against kube-apiserver $(FLOOR_VERSION)"; \
-	(cd csidriver && PILLAR_TEST_KUBE_APISERVER=$(FLOOR_APISERVER) GOWORK=off go test -count=1 $(TESTFLAGS) ./controllerapp/ ./controller/) || failed="$$failed csidriver@$(FLOOR_VERSION)"; \
 	if [ -n "$$failed" ]; then echo "make test: tests failed in:$$failed" >&2; exit 1; fi
 
+.PHONY: test-floor
+test-floor: $(FLOOR_APISERVER) $(BIN)/etcd ## Run pillar-controller's suites against the oldest supported kube-apiserver; a full pass is recorded in tests/tools/oldkube/PROVEN
+	@echo ">> go test csidriver/controllerapp and csidriver/controller against kube-apiserver $(FLOOR_VERSION)"
+	cd csidriver && PILLAR_TEST_KUBE_APISERVER=$(FLOOR_APISERVER) GOWORK=off go test -count=1 $(if $(RUN),-run '$(RUN)') $(TESTFLAGS) ./controllerapp/ ./controller/
+	$(if $(RUN)$(TESTFLAGS),,hack/floor.sh record $(FLOOR_VERSION))
+
+##@ Kernel lab
+
 # The kernel lab's command; `go build` decides whether it is stale.
-.PHONY: pillar-lab
+.PHONY: pillar-lab lab-provision
 pillar-lab:
 	cd tests && GOWORK=off go build -o $(BIN)/pillar-lab ./cmd/pillar-lab
+
+lab-provision: pillar-lab ## Install and build what the kernel lab needs (Debian packages, the guest kernel, ZFS for it; idempotent, needs root)
+	$(BIN)/pillar-lab provision
 
 # The guest runs Go ~25x slower than the host, so the suites that run the
 # shipped binaries (tests/kernel/controller) find them, and etcd and
@@ -122,15 +165,24 @@ pillar-lab:
 # make images unpacks.
 # One VM boot runs every package; csi-sanity against the real stack
 # (tests/kernel/controller) alone takes 10 to 25 minutes of it, depending on
-# how busy the host is.
+# how busy the host is. PKG= and RUN= pick packages and tests
+# (make test-kernel PKG=tests/kernel/smoke RUN=TestSmoke), and then only
+# what those packages read is built.
 KERNEL_VM_TIMEOUT  ?= 80m
 KERNEL_PKG_TIMEOUT ?= 45m
-.PHONY: test-kernel
-test-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd images ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root)
+kernel-needs = pillar-lab kernel-binaries \
+	$(if $(or $(if $(PKG),,all),$(findstring controller,$(PKG)),$(findstring ...,$(PKG))),$(BIN)/kube-apiserver $(BIN)/etcd) \
+	$(if $(or $(if $(PKG),,all),$(findstring images,$(PKG)),$(findstring ...,$(PKG))),images)
+
+.PHONY: test-kernel kernel-binaries
+test-kernel: $(kernel-needs) ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root); PKG=, RUN= pick packages and tests
+	$(BIN)/pillar-lab test -timeout $(KERNEL_VM_TIMEOUT) -package-timeout $(KERNEL_PKG_TIMEOUT) $(if $(RUN),-run '$(RUN)') $(LABFLAGS) $(PKG)
+	$(if $(PKG),,cd tests && PILLAR_LAB_HOST_TESTS=1 GOWORK=off go test -count=1 -run '^TestCheckoutUnderTmp$$' ./kernelvm/)
+
+kernel-binaries:
 	$(call build-binary,pillar-controller)
 	$(call build-binary,pillar-agent)
 	$(call build-binary,pillar-node)
-	$(BIN)/pillar-lab test -timeout $(KERNEL_VM_TIMEOUT) -package-timeout $(KERNEL_PKG_TIMEOUT) $(LABFLAGS)
 
 # The in-VM benchmarks, each against its baseline in the same run: configfs
 # Apply/Remove against a direct-syscall floor and a shell script; backend
@@ -145,20 +197,21 @@ test-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd images ## Run the real
 BENCH_KERNEL = $(BIN)/pillar-lab test -timeout 60m $(1) -- -test.run '^$$' -test.bench . -test.benchtime $(2) -test.timeout 40m
 
 .PHONY: bench-kernel
-bench-kernel: pillar-lab $(BIN)/kube-apiserver $(BIN)/etcd ## Run the real-kernel benchmarks (configfs, backends, agent, node, controller) in the kernel lab (needs root)
-	$(call build-binary,pillar-controller)
-	$(call build-binary,pillar-agent)
-	$(call build-binary,pillar-node)
+bench-kernel: pillar-lab kernel-binaries $(BIN)/kube-apiserver $(BIN)/etcd ## Run the real-kernel benchmarks (configfs, backends, agent, node, controller) in the kernel lab (needs root)
 	$(call BENCH_KERNEL,configfs,20x)
 	$(call BENCH_KERNEL,tests/kernel/backends,1x)
 	$(call BENCH_KERNEL,tests/kernel/agent,1x)
 	$(call BENCH_KERNEL,tests/kernel/node,10x)
 	$(call BENCH_KERNEL,tests/kernel/controller,1x)
 
+##@ Start here
+
 .PHONY: demo
 demo: pillar-lab images cluster-tools ## Boot a Kubernetes cluster in the kernel lab, helm install pillar-csi, bind a PVC, write and read it from pods (needs root)
 	cd tests && GOWORK=off go build -o $(BIN)/pillar-demo ./demo
 	$(BIN)/pillar-lab run -m $(E2E_MEMORY_MB) -timeout 45m -- $(BIN)/pillar-demo -root $(CURDIR)
+
+##@ Kernel lab
 
 .PHONY: demo-datapath
 demo-datapath: pillar-lab ## Run the data path through pillar-agent and pillar-node alone in the kernel lab, no cluster (needs root; DEMOFLAGS=-backend=lvm for LVM)
@@ -167,8 +220,15 @@ demo-datapath: pillar-lab ## Run the data path through pillar-agent and pillar-n
 	cd tests && GOWORK=off go build -o $(BIN)/pillar-demo-datapath ./demo/datapath
 	$(BIN)/pillar-lab run -- $(BIN)/pillar-demo-datapath -bin $(BIN) $(DEMOFLAGS)
 
+##@ Start here
+
+# hack/check.sh runs the host's work beside the guests and prints each
+# phase's time against its budget.
 .PHONY: check
-check: verify test test-kernel e2e-ci ## Everything CI runs: verify, test, test-kernel, e2e-ci
+check: ## Everything CI runs: verify, test, test-kernel, e2e-ci, images-check, in phases with time budgets
+	hack/check.sh
+
+##@ Develop
 
 # Benchmarks that need no VM; `make bench-kernel` runs the in-VM ones.
 BENCHFLAGS ?= -benchmem -count=1
@@ -179,6 +239,8 @@ bench: ## Run every module's Go benchmarks
 		echo ">> go test -bench $$m"; \
 		(cd $$m && GOWORK=off go test -run '^$$' -bench . $(BENCHFLAGS) ./...) || exit 1; \
 	done
+
+##@ Develop
 
 # ------------------------------------------------------------ fragments ----
 
@@ -217,16 +279,23 @@ build: ## Build pillar-controller, pillar-agent and pillar-node (those that exis
 
 # --------------------------------------------------------------- release ----
 
+##@ Release
+
 .PHONY: release-plan
-release-plan: tools ## Print the release plan for one module: make release-plan MODULE=configfs
+release-plan: $(BIN)/apidiff ## Print the release plan for one module: make release-plan MODULE=configfs
 	hack/release-plan.sh $(MODULE)
 
 # ------------------------------------------------------------------ misc ----
+
+##@ Develop
 
 .PHONY: clean
 clean: ## Remove bin/ (tools and binaries)
 	rm -rf $(BIN)
 
-.PHONY: help
-help: ## Show this help
-	@awk 'BEGIN { FS = ":.*## " } /^[a-zA-Z0-9_-]+:.*## / { printf "  %-18s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+##@ Start here
+
+.PHONY: help print-%
+print-%: ; @echo $($*)
+help: ## Show this help, target by target in groups
+	@awk -v order='Start here|Develop|Kernel lab|Lab cluster|Images|Tools|Release' -f hack/help.awk $(MAKEFILE_LIST)

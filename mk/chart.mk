@@ -1,5 +1,7 @@
 # The Helm chart (deploy/charts/pillar-csi) and its tests (tests/chart).
 
+##@ Develop
+
 CHART_DIR := deploy/charts/pillar-csi
 
 .PHONY: chart-test

@@ -4,6 +4,8 @@
 
 # ------------------------------------------------------- cluster tools ----
 
+##@ Lab cluster
+
 # Built from the same k8s.io/kubernetes as kube-apiserver (the tools
 # module's `tool` lines pin them) and stamped the same way: kubectl and the
 # kubelet refuse to talk to, or register with, a server whose version

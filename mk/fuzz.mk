@@ -4,6 +4,8 @@
 # each target's seed corpus and the inputs kept in testdata/fuzz, which is
 # the short pass CI keeps.
 
+##@ Develop
+
 # Executions per target; FUZZ_RUN=FuzzRead picks targets by name.
 FUZZ_EXECS ?= 1000000
 FUZZ_RUN   ?= .

@@ -7,6 +7,8 @@
 # import`), <name>.oci/ (OCI layout), <name>.rootfs/ (what the kernel-lab
 # tests chroot into) and <name>.json (reference, digest, size).
 
+##@ Images
+
 # Our images are tagged with the version the binaries report.
 IMAGE_TAG ?= $(VERSION)
 IMAGE_REVISION = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -109,4 +111,3 @@ images-update-pins: $(IMAGEBUILD) ## Rewrite stale Debian package pins in deploy
 images-pins: $(IMAGEBUILD) ## List every Debian package pin with the archive's current version; fails if one is stale
 	$(IMAGEBUILD) pins $(wildcard deploy/images/*/image.yaml)
 
-check: images-check

@@ -4,6 +4,8 @@
 # in the lab cluster with the driver file
 # tests/e2e/pillar/testdata/external-driver.yaml.
 
+##@ Tools
+
 KUBEE2E_DIR := $(TOOLS_DIR)/kubee2e
 KUBEE2E_SRC := $(KUBEE2E_DIR)/go.mod $(KUBEE2E_DIR)/go.sum $(KUBEE2E_DIR)/e2e_test.go
 KUBEE2E_K8S_VERSION = $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit } $$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3; exit }' $(KUBEE2E_DIR)/go.mod)

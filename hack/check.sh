@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# make check: everything CI runs, in phases with time budgets (hack/phases.sh),
+# and a table of the phases at the end.
+#
+# The kernel lab's guests are emulated (TCG): while one runs, the host's
+# cores are only partly busy, so the host work no guest waits for runs in
+# the background beside the guests, at a lower priority, instead of before
+# or after them. The order follows what each guest needs:
+#
+#   1. the binaries, kube-apiserver, etcd and the images the kernel lab's
+#      suites read, while the lab provisions (Debian packages, the guest
+#      kernel, ZFS built for it);
+#   2. the kernel lab's suites in one guest; beside it, the lab cluster's
+#      binaries, bin/e2e.test, the lint and generate tools, and the oldest
+#      supported kube-apiserver when its suites must run;
+#   3. the end-to-end subset in the lab cluster; beside it, make verify, the
+#      images' checks and the oldest Kubernetes' suites;
+#   4. every module's tests, on a host with nothing else running, since
+#      some of them wait on real time (servers, API-server watches).
+#
+# A phase that fails does not stop the others (as make -k), except that a
+# guest is not booted when what it needs failed to build; the run fails at
+# the end, naming every failed or overrun phase. Budgets are in seconds, for
+# a cold run on the 2-core CI machine (CONTRIBUTING.md); a phase past
+# OVERRUN (2) times its budget fails the run.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/phases.sh"
+cd "$REPO_ROOT"
+
+m() { make --no-print-directory "$@"; }
+floor_proven() { hack/floor.sh check >/dev/null; }
+
+# host_work is the host's share while the guests run, in the order the
+# guests need it: the lab cluster's binaries first (the end-to-end subset
+# waits for them), then the tools and checks nobody waits for.
+host_work() {
+	run_phase build-cluster 1500 m cluster-tools bin/e2e.test
+	run_phase build-tools 900 m verify-tools $(floor_proven || m -s print-FLOOR_APISERVER)
+	run_phase verify 900 m verify
+	run_phase images-check 600 m images-check -o images
+}
+
+# 1.
+start_phase lab-provision 900 m lab-provision
+run_phase build-kernel-lab 1200 m -j2 --output-sync=target kernel-binaries bin/kube-apiserver bin/etcd images
+wait_phase lab-provision
+
+# 2. and 3.
+start_phase host 3000 bash -c "source hack/phases.sh; $(declare -f m floor_proven host_work); host_work"
+if phase_ok build-kernel-lab && phase_ok lab-provision; then
+	run_phase kernel-lab 1200 m test-kernel -o images -o kernel-binaries -o pillar-lab
+else
+	skip_phase kernel-lab 1200 "what it needs did not build"
+fi
+await_phase build-cluster
+if phase_ok build-cluster && phase_ok build-kernel-lab && phase_ok lab-provision; then
+	run_phase e2e-ci 1200 m e2e-ci -o images -o cluster-tools -o bin/e2e.test -o pillar-lab
+else
+	skip_phase e2e-ci 1200 "what it needs did not build"
+fi
+wait_phase host
+
+# 4.
+run_phase test 900 m test-modules
+if floor_proven; then
+	skip_phase test-floor 600 "$(hack/floor.sh check)"
+else
+	run_phase test-floor 600 m test-floor
+fi
+
+phase_table
+phases_ok
