@@ -29,13 +29,14 @@ source "$(dirname "$0")/phases.sh"
 cd "$REPO_ROOT"
 
 m() { make --no-print-directory "$@"; }
+B=$REPO_ROOT/bin
 floor_proven() { hack/floor.sh check >/dev/null; }
 
 # host_work is the host's share while the guests run, in the order the
 # guests need it: the lab cluster's binaries first (the end-to-end subset
 # waits for them), then the tools and checks nobody waits for.
 host_work() {
-	run_phase build-cluster 1500 m cluster-tools bin/e2e.test
+	run_phase build-cluster 1500 m cluster-tools "$B/e2e.test"
 	run_phase build-tools 900 m verify-tools $(floor_proven || m -s print-FLOOR_APISERVER)
 	run_phase verify 900 m verify
 	run_phase images-check 600 m images-check -o images
@@ -43,11 +44,11 @@ host_work() {
 
 # 1.
 start_phase lab-provision 900 m lab-provision
-run_phase build-kernel-lab 1200 m -j2 --output-sync=target kernel-binaries bin/kube-apiserver bin/etcd images
+run_phase build-kernel-lab 1200 m -j2 --output-sync=target kernel-binaries "$B/kube-apiserver" "$B/etcd" images
 wait_phase lab-provision
 
 # 2. and 3.
-start_phase host 3000 bash -c "source hack/phases.sh; $(declare -f m floor_proven host_work); host_work"
+start_phase host 3000 bash -c "source hack/phases.sh; B=$B; $(declare -f m floor_proven host_work); host_work"
 if phase_ok build-kernel-lab && phase_ok lab-provision; then
 	run_phase kernel-lab 1200 m test-kernel -o images -o kernel-binaries -o pillar-lab
 else
@@ -55,7 +56,7 @@ else
 fi
 await_phase build-cluster
 if phase_ok build-cluster && phase_ok build-kernel-lab && phase_ok lab-provision; then
-	run_phase e2e-ci 1200 m e2e-ci -o images -o cluster-tools -o bin/e2e.test -o pillar-lab
+	run_phase e2e-ci 1200 m e2e-ci -o images -o cluster-tools -o "$B/e2e.test" -o pillar-lab
 else
 	skip_phase e2e-ci 1200 "what it needs did not build"
 fi
