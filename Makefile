@@ -69,15 +69,14 @@ tools: $(TOOL_BINS) $(FLOOR_APISERVER) ## Build every pinned tool into bin/ (ide
 
 $(FLOOR_APISERVER): $(FLOOR_DIR)/go.mod $(FLOOR_DIR)/go.sum
 	@echo ">> building kube-apiserver $(FLOOR_VERSION) (the oldest Kubernetes supported)"
-	cd $(FLOOR_DIR) && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags '-s -w $(call version-ldflags,$(FLOOR_VERSION))' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
-	@touch $@
+	$(TOOLCACHE) $@ $^ -- env -C $(FLOOR_DIR) GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags '-s -w $(call version-ldflags,$(FLOOR_VERSION))' -o $@ k8s.io/kubernetes/cmd/kube-apiserver
 
-# A tool is rebuilt only when the tools module changes. `touch` because
-# `go build` leaves an up-to-date binary untouched.
+# A tool is rebuilt only when the tools module changes, and taken from the
+# tool cache (hack/toolcache.sh) when this machine built the same before.
+TOOLCACHE := hack/toolcache.sh
 $(TOOL_BINS): $(BIN)/%: $(TOOLS_MOD)
 	@echo ">> building $*"
-	cd $(TOOLS_DIR) && GOWORK=off go build -trimpath -ldflags '-s -w $(ldflags.$*)' -o $@ $(pkg.$*)
-	@touch $@
+	$(TOOLCACHE) $@ $^ -- env -C $(TOOLS_DIR) GOWORK=off go build -trimpath -ldflags '-s -w $(ldflags.$*)' -o $@ $(pkg.$*)
 
 # etcd is the one tool whose source lives here.
 $(BIN)/etcd: $(wildcard $(TOOLS_DIR)/etcd/*.go)

@@ -27,8 +27,7 @@ cluster-tools: $(CLUSTER_BINS) $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm ## 
 # As for the other tools: rebuilt only when the tools module changes.
 $(CLUSTER_BINS): $(BIN)/%: $(TOOLS_MOD)
 	@echo ">> building $*"
-	cd $(TOOLS_DIR) && GOWORK=off go build -trimpath -ldflags '-s -w $(ldflags.$*)' -o $@ $(pkg.$*)
-	@touch $@
+	$(TOOLCACHE) $@ $^ -- env -C $(TOOLS_DIR) GOWORK=off go build -trimpath -ldflags '-s -w $(ldflags.$*)' -o $@ $(pkg.$*)
 
 # ----------------------------------------------------------------- e2e ----
 

@@ -58,10 +58,9 @@ SIDECAR_BINS := $(addprefix $(BIN)/sidecars/,$(SIDECAR_IMAGES))
 define sidecar-rule
 $(BIN)/sidecars/$(1): $(SIDECARS_DIR)/$(word 1,$(sidecar.$(1)))/go.mod $(SIDECARS_DIR)/$(word 1,$(sidecar.$(1)))/go.sum
 	@echo ">> building $(1) $$(call sidecar-version,$(word 1,$(sidecar.$(1))),$(word 2,$(sidecar.$(1))))"
-	cd $(SIDECARS_DIR)/$(word 1,$(sidecar.$(1))) && GOWORK=off CGO_ENABLED=0 go build -trimpath \
+	$(TOOLCACHE) $$@ $$^ -- env -C $(SIDECARS_DIR)/$(word 1,$(sidecar.$(1))) GOWORK=off CGO_ENABLED=0 go build -trimpath \
 		-ldflags '-s -w -X main.version=$$(call sidecar-version,$(word 1,$(sidecar.$(1))),$(word 2,$(sidecar.$(1))))' \
 		-o $$@ $(word 2,$(sidecar.$(1)))/cmd/$(1)
-	@touch $$@
 endef
 $(foreach s,$(SIDECAR_IMAGES),$(eval $(call sidecar-rule,$s)))
 
