@@ -63,7 +63,9 @@ start_phase() {
 	echo "     its output follows when it ends"
 	(
 		rc=0
-		nice -n "$NICE" "$@" >"$PHASE_DIR/$name.log" 2>&1 || rc=$?
+		# renice this subshell, not a command: "$@" may be a function.
+		renice -n "$NICE" -p "$BASHPID" >/dev/null
+		"$@" >"$PHASE_DIR/$name.log" 2>&1 || rc=$?
 		phase_end "$name" "$rc" >>"$PHASE_DIR/$name.log"
 		exit "$rc"
 	) &
