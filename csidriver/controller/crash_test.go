@@ -17,6 +17,7 @@ import (
 // same call and everything converges: no second backend volume, no
 // orphaned export or host, the record true to the agent.
 func TestCrashBetweenSteps(t *testing.T) {
+	needServer(t)
 	steps := []struct {
 		method string
 		call   func(ctx context.Context, s interface {

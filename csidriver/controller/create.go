@@ -161,21 +161,6 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 	return v, nil
 }
 
-// compatible reports whether an existing record answers a repeated
-// CreateVolume: the same store and protocol and a size within the range.
-func compatible(v *v1alpha1.PillarVolumeState, store, proto string, r *csi.CapacityRange) error {
-	switch {
-	case string(v.Spec.StoreName) != store:
-		return status.Errorf(codes.AlreadyExists, "volume %s exists in store %q, not %q", v.Name, v.Spec.StoreName, store)
-	case v.Spec.ProtocolName != "" && string(v.Spec.ProtocolName) != proto:
-		return status.Errorf(codes.AlreadyExists, "volume %s exists with protocol %q, not %q", v.Name, v.Spec.ProtocolName, proto)
-	case !fits(v.Spec.CapacityBytes, r):
-		return status.Errorf(codes.AlreadyExists, "volume %s exists with %d bytes, outside the requested range %d..%d",
-			v.Name, v.Spec.CapacityBytes, r.GetRequiredBytes(), r.GetLimitBytes())
-	}
-	return nil
-}
-
 // provision runs the steps the record does not show as done yet. unspent
 // says that v was just created by this call (record), so its generation is
 // the first agent call's token.

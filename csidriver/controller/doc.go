@@ -38,9 +38,13 @@
 // "<node name>/<host NQN>", access mode, read-only) in the same
 // compare-and-swap that issues its token, then allows the node's host NQN
 // on the subsystem; a read-write publication excludes every other one
-// (FAILED_PRECONDITION naming the node that holds it), readers may be many.
+// (FAILED_PRECONDITION naming the node that holds it), readers may be many,
+// and the same node with another mode or read-only flag is ALREADY_EXISTS.
+// A node whose host NQN another node's CSINode presents too is refused
+// (FAILED_PRECONDITION): the storage node could not tell them apart.
 // ControllerUnpublishVolume denies the host first and removes the
-// publication after.
+// publication after; a host NQN that another publication still has stays
+// allowed.
 //
 // # Recovery
 //
@@ -54,6 +58,22 @@
 // export included), and rolls back a provisioning that never completed
 // once its claim is gone and no PersistentVolume holds it — never a volume
 // that has a PV.
+//
+// # Rules without a server
+//
+// The rules above are plain functions in decisions.go: which capabilities
+// are served and the access mode each maps to, whether an existing record
+// answers a repeated CreateVolume, what a ControllerPublishVolume asks for,
+// whether the record can take a publication and admits it (exclusivity),
+// whether another node presents the same host NQN, which hosts an
+// unpublication denies, and which exports a recovery pushes, with which
+// allowed hosts. They take the record and the request as values and return
+// a decision or the very status error the call returns, and do no I/O, so
+// decisions_test.go proves them in tables with no API server or agent
+// (go test -run 'TestAdmit|TestUnpublish' needs nothing). The tests that
+// run the service against a real kube-apiserver prove that the handlers
+// apply them to records, under the compare-and-swap, CEL rules and RBAC
+// that only the server has.
 //
 // # Events
 //

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -35,35 +34,6 @@ func TestAgentError(t *testing.T) {
 		err := mapAgentError("v", "CreateVolume", c.in)
 		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "volume v: CreateVolume") && c.in != fenced {
 			t.Errorf("mapAgentError(%v) = %v, want %s mentioning %q", c.in, err, c.code, c.says)
-		}
-	}
-}
-
-func TestVolumeIDFor(t *testing.T) {
-	if got := volumeIDFor("pvc-0f1e2d3c-aaaa-bbbb-cccc-000011112222"); got != "pvc-0f1e2d3c-aaaa-bbbb-cccc-000011112222" {
-		t.Errorf("a valid name is the ID: %q", got)
-	}
-	a, b := volumeIDFor("Sanity Volume/1"), volumeIDFor("Sanity Volume/1")
-	if a != b || !strings.HasPrefix(a, "vol-") || len(a) != 44 || a == volumeIDFor("Sanity Volume/2") {
-		t.Errorf("derived IDs %q, %q", a, b)
-	}
-}
-
-func TestCapacityFor(t *testing.T) {
-	for _, c := range []struct {
-		req, lim, want int64
-		ok             bool
-	}{
-		{0, 0, DefaultCapacity, true},
-		{5, 0, 5, true},
-		{0, 100, 100, true},
-		{0, 4 << 30, DefaultCapacity, true},
-		{10, 5, 0, false},
-		{-1, 0, 0, false},
-	} {
-		got, err := capacityFor(&csi.CapacityRange{RequiredBytes: c.req, LimitBytes: c.lim})
-		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("capacityFor(%d, %d) = %d, %v", c.req, c.lim, got, err)
 		}
 	}
 }

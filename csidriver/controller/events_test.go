@@ -55,6 +55,7 @@ func (r *captureRecorder) about(claims bool) []recorded {
 // record as the related object), not only on the PillarVolumeState; a
 // volume whose claim does not exist gets them on its record alone.
 func TestEventsOnTheClaim(t *testing.T) {
+	needServer(t)
 	ctx := context.Background()
 	ns := "claims-" + strings.ToLower(uniq("ns"))
 	if err := cluster.Admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -12,7 +10,6 @@ import (
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
-	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 )
 
 // Pushed is what PushExports did on one agent.
@@ -45,14 +42,7 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 	if err := s.cfg.Client.List(ctx, &stores); err != nil {
 		return out, status.Errorf(codes.Unavailable, "listing PillarStores: %v", err)
 	}
-	byName := map[v1alpha1.ObjectName]*agentv1.Store{}
-	for i := range stores.Items {
-		if st := &stores.Items[i]; string(st.Spec.AgentName) == agentName {
-			if p := agentclient.StoreFor(st); p != nil {
-				byName[v1alpha1.ObjectName(st.Name)] = p
-			}
-		}
-	}
+	byName := storesOn(stores.Items, agentName)
 	if len(byName) == 0 {
 		return out, nil
 	}
@@ -78,8 +68,8 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 	}()
 	for i := range vols.Items {
 		v := &vols.Items[i]
-		store, ok := byName[v.Spec.StoreName]
-		if !ok || !v.Status.Exported || v.Spec.Export == nil || !v.DeletionTimestamp.IsZero() {
+		store, ok := pushed(v, byName)
+		if !ok {
 			continue
 		}
 		unlock, err := s.lock(v.Name)
@@ -90,7 +80,7 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 		unlocks = append(unlocks, unlock)
 		var entry *agentv1.DesiredExport
 		err = s.retrying(ctx, v.Name, func(v *v1alpha1.PillarVolumeState) error {
-			if v == nil || !v.Status.Exported || v.Spec.Export == nil {
+			if !exported(v) {
 				entry = nil
 				return nil
 			}
@@ -113,36 +103,8 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 	if err != nil {
 		return out, mapAgentError(agentName, "Reconcile", err)
 	}
-	for _, r := range resp.GetResults() {
-		if codes.Code(r.GetCode()) == codes.OK {
-			out.Restored = append(out.Restored, r.GetVolumeId())
-			continue
-		}
-		msg := r.GetMessage()
-		if rej := r.GetFencingRejection(); rej != nil {
-			msg = fmt.Sprintf("fencing %s: %s", rej.GetReason(), msg)
-		}
-		out.Failed[r.GetVolumeId()] = fmt.Sprintf("%s: %s", codes.Code(r.GetCode()), msg)
-	}
-	out.Retained = resp.GetRetainedSubsystemNqns()
-	slices.Sort(out.Restored)
+	tally(&out, resp)
 	s.log.Info("desired exports pushed", "agent", agentName, "restored", len(out.Restored), "failed", len(out.Failed),
 		"busy", len(out.Busy), "retained", strings.Join(out.Retained, ","))
 	return out, nil
-}
-
-// desiredExport is a volume's export as its record states it, with the
-// host NQNs of its publications when host ACLs are on.
-func desiredExport(v *v1alpha1.PillarVolumeState, store *agentv1.Store, tok *agentv1.FencingToken) *agentv1.DesiredExport {
-	e := v.Spec.Export
-	d := &agentv1.DesiredExport{FencingToken: tok, VolumeId: v.Name, Store: store, SubsystemNqn: subsystemNQN(v),
-		Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}}
-	if *e.ACLEnabled {
-		for _, p := range v.Spec.Publications {
-			if !slices.Contains(d.AllowedHostNqns, string(p.HostNQN)) {
-				d.AllowedHostNqns = append(d.AllowedHostNqns, string(p.HostNQN))
-			}
-		}
-	}
-	return d
 }

@@ -24,6 +24,7 @@ import (
 // every exported volume's export back, with exactly the hosts of its
 // publications, each under a fresh token.
 func TestPushExports(t *testing.T) {
+	needServer(t)
 	ctx := context.Background()
 	s := newService(t)
 	pub, idle := uniq("pvc-push-pub"), uniq("pvc-push-idle")
@@ -75,6 +76,7 @@ func TestPushExports(t *testing.T) {
 // new lifecycle, which the agent refuses to let take the old volume over;
 // the refusal is reported and counted, and the old data is untouched.
 func TestReplacedLifecycle(t *testing.T) {
+	needServer(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	m, err := controller.NewMetrics(reg, user)

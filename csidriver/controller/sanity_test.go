@@ -44,6 +44,7 @@ func (sanityNode) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesR
 // TestSanity runs csi-sanity's Controller and Identity specs against the
 // Controller service, on the real API server and the in-process agent.
 func TestSanity(t *testing.T) {
+	needServer(t)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
 	l, err := server.Listen("unix://" + sock)
 	if err != nil {

@@ -41,6 +41,10 @@ var (
 	cluster *envtestsuite.Cluster
 	user    client.Client
 	agent   *fakeagent.Agent
+
+	started  sync.Once
+	startErr error
+	stops    []func() // what start set up, undone in reverse after the last test
 )
 
 const (
@@ -54,38 +58,49 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(run(m))
+	code := m.Run()
+	for _, stop := range slices.Backward(stops) {
+		stop()
+	}
+	os.Exit(code)
 }
 
-func run(m *testing.M) int {
+// needServer starts the API server and the agent for the first test that
+// asks. The table tests of the service's pure rules never ask, so they run
+// where no kube-apiserver is; a test that asks fails, never skips, when
+// they cannot start.
+func needServer(t *testing.T) {
+	t.Helper()
+	started.Do(func() { startErr = start() })
+	if startErr != nil {
+		t.Fatal(startErr)
+	}
+}
+
+func start() error {
 	var err error
 	cluster, err = envtestsuite.Start(filepath.Join("..", "..", "api", "config", "crd"), filepath.Join("..", "config", "rbac", "role.yaml"))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
+		return err
 	}
-	defer cluster.Stop()
+	stops = append(stops, cluster.Stop)
 	if user, err = client.New(cluster.User, client.Options{Scheme: cluster.Scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
+		return err
 	}
 	agent, err = fakeagent.Start(fakeagent.Options{NodeName: "storage-1", Version: "v1"})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
+		return err
 	}
-	defer agent.Stop()
+	stops = append(stops, agent.Stop)
 	dir, err := os.MkdirTemp("", "pillar-controller-marks")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
+		return err
 	}
-	defer os.RemoveAll(dir)
+	stops = append(stops, func() { os.RemoveAll(dir) })
 	if err := agent.EnableVolumes(dir, roundTo); err != nil {
-		fmt.Fprintln(os.Stderr, "FAIL:", err)
-		return 1
+		return err
 	}
-	defer agent.CloseVolumes()
+	stops = append(stops, agent.CloseVolumes)
 	agent.SetStore("tank", fakeagent.Capacity{Total: 100 << 30, Available: 40 << 30})
 	ctx := context.Background()
 	for _, o := range []client.Object{
@@ -96,11 +111,10 @@ func run(m *testing.M) int {
 			NVMeOFTCP: &v1alpha1.NVMeOFTCPProtocol{BindAddress: "192.0.2.10", Port: 4420}}},
 	} {
 		if err := cluster.Admin.Create(ctx, o); err != nil {
-			fmt.Fprintln(os.Stderr, "FAIL:", err)
-			return 1
+			return err
 		}
 	}
-	return m.Run()
+	return nil
 }
 
 // newService is one controller: its own locks and agent connections.
@@ -147,6 +161,7 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, says ...str
 }
 
 func TestCreateVolume(t *testing.T) {
+	needServer(t)
 	id := uniq("pvc-create-1")
 	ctx := context.Background()
 	s := newService(t)
@@ -228,6 +243,7 @@ func TestCreateVolume(t *testing.T) {
 // TestCreateResumes interrupts CreateVolume after each step the agent
 // confirmed; the retry, by a fresh controller, finishes from the record.
 func TestCreateResumes(t *testing.T) {
+	needServer(t)
 	ctx := context.Background()
 	for _, step := range []string{"CreateVolume", "ExportVolume"} {
 		t.Run(step, func(t *testing.T) {
@@ -268,6 +284,7 @@ func TestCreateResumes(t *testing.T) {
 // the storage node could not keep the volume from the other node. The
 // node's own CSINode, another driver's entry and another NQN do not count.
 func TestPublishRefusesASharedHostNQN(t *testing.T) {
+	needServer(t)
 	id := uniq("pvc-shared-nqn")
 	ctx := context.Background()
 	s := newService(t)
@@ -314,6 +331,7 @@ func TestPublishRefusesASharedHostNQN(t *testing.T) {
 }
 
 func TestPublishExclusivity(t *testing.T) {
+	needServer(t)
 	id := uniq("pvc-pub")
 	ctx := context.Background()
 	s := newService(t)
@@ -381,6 +399,7 @@ func TestPublishExclusivity(t *testing.T) {
 }
 
 func TestDeleteVolume(t *testing.T) {
+	needServer(t)
 	id := uniq("pvc-del")
 	ctx := context.Background()
 	s := newService(t)
@@ -436,6 +455,7 @@ func TestDeleteVolume(t *testing.T) {
 // TestStaleToken replays an agent call with a token the controller has
 // since moved past: the agent refuses it and nothing changes.
 func TestStaleToken(t *testing.T) {
+	needServer(t)
 	id := uniq("pvc-stale")
 	ctx := context.Background()
 	s := newService(t)
@@ -475,6 +495,7 @@ func TestStaleToken(t *testing.T) {
 // once and then publish it to eight different nodes. One record, one
 // backend volume, one publication; every generation issued once.
 func TestConcurrentControllers(t *testing.T) {
+	needServer(t)
 	id := uniq("pvc-race")
 	ctx := context.Background()
 	const n = 8
@@ -544,6 +565,7 @@ func TestConcurrentControllers(t *testing.T) {
 }
 
 func TestExpandAndCapacity(t *testing.T) {
+	needServer(t)
 	id := uniq("pvc-grow")
 	ctx := context.Background()
 	s := newService(t)
@@ -585,6 +607,7 @@ func keys[V any](m map[string]V) []string {
 }
 
 func TestListAndGetVolume(t *testing.T) {
+	needServer(t)
 	ctx := context.Background()
 	s := newService(t)
 	id := uniq("pvc-list")

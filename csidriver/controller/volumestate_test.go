@@ -33,6 +33,7 @@ func reconcileOnce(t *testing.T, r *controller.VolumeStateReconciler, id string)
 // condition and its calls are refused with a pointer to the recovery
 // procedure; once the operator states the spec, the volume resumes.
 func TestExportSpecMissing(t *testing.T) {
+	needServer(t)
 	ctx := context.Background()
 	s := newService(t)
 	rec := events.NewFakeRecorder(16)
@@ -89,6 +90,7 @@ func TestExportSpecMissing(t *testing.T) {
 // TestAbandonedProvisioning: a CreateVolume that never completed, whose
 // claim is gone, is rolled back; one whose claim exists is left alone.
 func TestAbandonedProvisioning(t *testing.T) {
+	needServer(t)
 	ctx := context.Background()
 	s := newService(t)
 	rec := events.NewFakeRecorder(16)
