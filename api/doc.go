@@ -17,6 +17,10 @@
 //     volume, a try-lock that names the holder and a waiting lock bound by
 //     the caller's context. It is here, not in fencing or configfs, because
 //     api is the one module both csidriver and agent require.
+//   - logging: the one log record shape of the three binaries: the shared
+//     -log-level and -log-format flags, the logger built from them, and the
+//     gRPC interceptor that logs every call (method, code,
+//     duration_seconds, peer, volume_id) without its request.
 //
 // `go generate ./...` in this directory (make generate) regenerates the
 // deep-copy code, the CRDs and the protobuf code with the pinned tools of
@@ -26,5 +30,5 @@
 // Dependencies of the packages (tests need more): the Go standard library,
 // k8s.io/apimachinery for the resource types, google.golang.org/grpc and
 // google.golang.org/protobuf for the agent API. The export and keylock
-// packages need only the standard library. api depends on no other pillar-csi module.
+// packages need only the standard library, logging only grpc besides. api depends on no other pillar-csi module.
 package api
