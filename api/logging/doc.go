@@ -4,7 +4,8 @@
 // interceptor that logs every unary call.
 //
 // Each call is one record with the message "rpc" and the attributes
-// method, code, duration_seconds, peer (when the transport knows it),
+// method, code, duration_seconds, peer (when the transport names the
+// caller; a unix socket's client has no name),
 // volume_id (when the request names one) and, on failure, error (the
 // status message). Requests are never logged whole: CSI requests carry
 // secrets, and a field added to the agent API later might too.

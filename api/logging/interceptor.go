@@ -42,8 +42,8 @@ func UnaryServerInterceptor(log *slog.Logger, quiet ...string) grpc.UnaryServerI
 		if v, ok := req.(interface{ GetVolumeId() string }); ok && v.GetVolumeId() != "" {
 			attrs = append(attrs, slog.String("volume_id", v.GetVolumeId()))
 		}
-		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil && p.Addr.String() != "" {
-			attrs = append(attrs, slog.String("peer", p.Addr.String()))
+		if a := peerAddr(ctx); a != "" {
+			attrs = append(attrs, slog.String("peer", a))
 		}
 		if err != nil {
 			attrs = append(attrs, slog.String("error", st.Message()))
@@ -51,6 +51,20 @@ func UnaryServerInterceptor(log *slog.Logger, quiet ...string) grpc.UnaryServerI
 		log.LogAttrs(ctx, level, "rpc", attrs...)
 		return resp, err
 	}
+}
+
+// peerAddr is the caller's address, or "" when it says nothing: a unix
+// socket's client is unnamed, which Go prints as "@", and kubelet and the
+// sidecars reach the CSI services only that way.
+func peerAddr(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return ""
+	}
+	if a := p.Addr.String(); a != "@" {
+		return a
+	}
+	return ""
 }
 
 // callLevel is the level of a call's record (see the package doc).

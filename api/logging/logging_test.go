@@ -52,6 +52,8 @@ func TestInterceptorLevelsAndFields(t *testing.T) {
 		{name: "data loss", method: "/x/Y", err: status.Error(codes.DataLoss, "torn"), level: slog.LevelInfo, wantLevel: "ERROR"},
 		{name: "empty volume ID is left out", method: "/x/Y", req: volReq{""}, level: slog.LevelInfo, wantLevel: "INFO"},
 		{name: "peer without an address", method: "/x/Y", peer: &peer.Peer{}, level: slog.LevelInfo, wantLevel: "INFO"},
+		{name: "unnamed unix socket peer", method: "/x/Y", peer: &peer.Peer{Addr: &net.UnixAddr{Name: "@", Net: "unix"}}, level: slog.LevelInfo, wantLevel: "INFO"},
+		{name: "named unix socket peer", method: "/x/Y", peer: &peer.Peer{Addr: &net.UnixAddr{Name: "/run/c.sock", Net: "unix"}}, level: slog.LevelInfo, wantLevel: "INFO", wantPeer: "/run/c.sock"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
