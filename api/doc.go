@@ -21,6 +21,8 @@
 //     -log-level and -log-format flags, the logger built from them, and the
 //     gRPC interceptor that logs every call (method, code,
 //     duration_seconds, peer, volume_id) without its request.
+//   - flagalias: an old flag name kept for one release as a deprecated
+//     alias of the name all three binaries now share for that setting.
 //
 // `go generate ./...` in this directory (make generate) regenerates the
 // deep-copy code, the CRDs and the protobuf code with the pinned tools of
@@ -29,6 +31,7 @@
 //
 // Dependencies of the packages (tests need more): the Go standard library,
 // k8s.io/apimachinery for the resource types, google.golang.org/grpc and
-// google.golang.org/protobuf for the agent API. The export and keylock
-// packages need only the standard library, logging only grpc besides. api depends on no other pillar-csi module.
+// google.golang.org/protobuf for the agent API. The export, keylock
+// and flagalias packages need only the standard library, logging only
+// grpc besides. api depends on no other pillar-csi module.
 package api
