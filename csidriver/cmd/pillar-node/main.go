@@ -24,10 +24,10 @@ import (
 	"github.com/pillar-csi/pillar-csi/api/flagalias"
 	"github.com/pillar-csi/pillar-csi/api/logging"
 	"github.com/pillar-csi/pillar-csi/csidriver/driver"
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/node"
 	"github.com/pillar-csi/pillar-csi/csidriver/registration"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
 // defaultHealthAddress is where /healthz and /readyz listen (the node's
@@ -128,11 +128,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		}
 		defer hl.Close()
 	}
-	l, err := server.Listen(c.endpoint)
+	l, err := endpoint.Listen(c.endpoint)
 	if err != nil {
 		return err
 	}
-	g := server.New(server.Services{Identity: id, Node: ns}, log)
+	g := endpoint.New(endpoint.Services{Identity: id, Node: ns}, log)
 	log.Info("serving", "endpoint", c.endpoint, "node_id", ns.NodeID(), "version", driver.Version)
 
 	csiCtx, stopCSI := context.WithCancel(context.Background())
@@ -140,7 +140,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	csiDone := make(chan error, 1)
 	// Long enough for a mkfs in flight to finish; kubelet's default grace
 	// period is 30 s.
-	go func() { csiDone <- server.Serve(csiCtx, g, l, 25*time.Second) }()
+	go func() { csiDone <- endpoint.Serve(csiCtx, g, l, 25*time.Second) }()
 
 	// Registration starts once the CSI endpoint listens: kubelet calls
 	// NodeGetInfo on it as soon as it has read the registration.

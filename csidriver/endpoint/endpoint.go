@@ -1,8 +1,12 @@
-// Package server serves pillar-csi's CSI services over gRPC on a unix
-// socket (or TCP, for tests), with the interceptor all pillar-csi binaries
-// log their calls with (api/logging). Requests are never logged in full:
-// CSI secrets travel in them.
-package server
+// Package endpoint serves pillar-csi's CSI services over gRPC on their CSI
+// endpoint, a unix socket (or TCP, for tests), with the interceptor all
+// pillar-csi binaries log their calls with (api/logging). Requests are
+// never logged in full: CSI secrets travel in them.
+//
+// It is the transport only; the services are packages identity,
+// controller and node. (In the agent module, package server is the
+// service and app its transport.)
+package endpoint
 
 import (
 	"context"
