@@ -5,11 +5,18 @@
 //
 // Layout:
 //   - server: the pillar.agent.v1.AgentService implementation — fencing,
-//     per-volume serialization, the backends per store, nvmet exports,
+//     per-volume serialization (api/keylock, waiting within the caller's
+//     deadline), the backends per store, nvmet exports,
 //     Reconcile and the mapping of every failure to a gRPC code. It has no
 //     transport of its own: Register it on any grpc.ServiceRegistrar.
 //   - app: the process around it — flags, gRPC server, TLS, health,
 //     metrics, logging, graceful shutdown; cmd/pillar-agent is its main.
+//     Its flag names, log flags and call records (api/logging) are the
+//     ones pillar-controller and pillar-node use.
+//
+// "server" is the service here, as CSI calls a service implementation a
+// server; the gRPC transport is app's. In the csidriver module the
+// transport is package endpoint.
 //   - marks: "pillar-agent marks", the operator's command that lists and
 //     repairs the fencing marks (documented in app, "Fencing marks").
 //

@@ -11,8 +11,9 @@
 //     readiness check.
 //   - node: the Node service (pillar-node); its package documentation lists
 //     the kernel and initiator behaviour it handles.
-//   - server: gRPC serving on the CSI endpoint with one logging
-//     interceptor.
+//   - endpoint: the gRPC transport of the CSI services — listening on the
+//     CSI endpoint, the gRPC server with the shared logging interceptor
+//     (api/logging), graceful stop. It implements no service.
 //   - reconcile: pillar-controller's reconcilers of the configuration
 //     CRDs (PillarAgent, PillarStore, PillarProtocol, PillarStorageClass)
 //     and the Connector that reaches an agent; the RBAC they need is
@@ -29,7 +30,11 @@
 //     plugin Registration service on <plugins_registry>/pillar-csi.io-reg.sock,
 //     kept in place while pillar-node runs); its package documentation
 //     says what kubelet does with it.
-//   - cmd/pillar-node, cmd/pillar-controller: the binaries. Neither
+//   - cmd/pillar-node, cmd/pillar-controller: the binaries. Their flags
+//     name a setting as every pillar-csi binary does (-csi-endpoint,
+//     -shutdown-grace-period, -health-address, -metrics-address,
+//     -node-name, -log-level and -log-format from api/logging); old names
+//     stay for one release as deprecated aliases (api/flagalias). Neither
 //     needs node-driver-registrar or livenessprobe: pillar-node registers itself
 //     (-kubelet-registration-path, -plugin-registration-dir) and serves
 //     /healthz and /readyz itself (-health-address, :9441), both backed by
@@ -44,6 +49,11 @@
 //     through the backends module's command runner (deadline, LC_ALL=C,
 //     process-group kill, exit code and stderr in the error), the same
 //     one pillar-agent uses for zfs and lvm.
+//
+// "controller" names one thing here: pillar-controller. Package
+// controller is its CSI Controller service; controllerapp is the process
+// that runs that service next to the reconcilers (package reconcile).
+// Each service serializes the calls for one volume with api/keylock.
 //
 // The node⇄controller contract (volume context keys, node ID
 // format) lives in api/export.

@@ -104,8 +104,9 @@
 // # Logs
 //
 // Structured (slog, JSON by default) on stderr. Each unary call is one
-// record "rpc" with method, code, duration_seconds, peer and, when the request
-// names one, volume_id; failures add the status message. Calls that change
+// record "rpc" (api/logging, shared by all three binaries) with method,
+// code, duration_seconds, peer and, when the request names one,
+// volume_id; failures add the status message. Calls that change
 // something and refusals are logged at info, successful reads
 // (GetAgentInfo, GetCapacity, List*, health checks) at debug, and INTERNAL,
 // UNKNOWN and DATA_LOSS at error.

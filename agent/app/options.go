@@ -14,6 +14,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/agent/server"
 	"github.com/pillar-csi/pillar-csi/agent/tlsconfig"
+	"github.com/pillar-csi/pillar-csi/api/logging"
 	"github.com/pillar-csi/pillar-csi/backends/lvm"
 	"github.com/pillar-csi/pillar-csi/configfs"
 )
@@ -103,7 +104,7 @@ func DefaultOptions() Options {
 		ConfigfsRoot:        configfs.DefaultRoot,
 		MetricsAddress:      DefaultMetricsAddress,
 		LogLevel:            slog.LevelInfo,
-		LogFormat:           "json",
+		LogFormat:           logging.FormatJSON,
 		ShutdownGracePeriod: DefaultShutdownGracePeriod,
 		CommandTimeout:      DefaultCommandTimeout,
 		StoreConcurrency:    server.DefaultStoreConcurrency,
@@ -142,8 +143,7 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	fs.StringVar(&o.GenerationsDir, "generations-dir", o.GenerationsDir, "`directory` of the durable fencing marks (a hostPath on local disk)")
 	fs.StringVar(&o.ConfigfsRoot, "configfs-root", o.ConfigfsRoot, "`directory` where configfs is mounted")
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "`host:port` to serve /metrics, /healthz and /readyz on; empty turns the HTTP server off")
-	fs.TextVar(&o.LogLevel, "log-level", o.LogLevel, "lowest log `level`: debug, info, warn or error")
-	fs.StringVar(&o.LogFormat, "log-format", o.LogFormat, "log `format`: json or text")
+	logging.AddFlags(fs, &o.LogLevel, &o.LogFormat)
 	fs.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM server certificate `file` (with -tls-key-file and -tls-ca-file: mutual TLS; default: plaintext)")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM private key `file` of the server certificate")
 	fs.StringVar(&o.TLS.CAFile, "tls-ca-file", "", "PEM CA bundle `file` that client certificates must chain to")
@@ -206,10 +206,8 @@ func (o Options) Validate() error {
 	if o.ConfigfsRoot == "" {
 		return errors.New("-configfs-root: must not be empty")
 	}
-	switch o.LogFormat {
-	case "json", "text":
-	default:
-		return fmt.Errorf("-log-format: %q is neither json nor text", o.LogFormat)
+	if err := logging.CheckFormat(o.LogFormat); err != nil {
+		return fmt.Errorf("-log-format: %w", err)
 	}
 	if m := o.TLS.Missing(); len(m) > 0 && len(m) < 3 {
 		flags := make([]string, len(m))

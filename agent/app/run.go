@@ -22,6 +22,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/agent/internal/metrics"
 	"github.com/pillar-csi/pillar-csi/agent/server"
 	"github.com/pillar-csi/pillar-csi/agent/tlsconfig"
+	"github.com/pillar-csi/pillar-csi/api/logging"
 )
 
 // service is what Run hosts: the agent's gRPC service (*server.Server in
@@ -117,7 +118,14 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 	if err := opts.Validate(); err != nil {
 		return fmt.Errorf("pillar-agent: %w", err)
 	}
-	logger := newLogger(opts)
+	out := opts.LogOutput
+	if out == nil {
+		out = os.Stderr
+	}
+	logger, err := logging.New(out, opts.LogLevel, opts.LogFormat)
+	if err != nil {
+		return fmt.Errorf("pillar-agent: %w", err)
+	}
 
 	var (
 		creds  = credentials.TransportCredentials(nil)
@@ -279,18 +287,6 @@ func stopGRPC(gs *grpc.Server, grace time.Duration, logger *slog.Logger) {
 		gs.Stop()
 		<-done
 	}
-}
-
-func newLogger(opts Options) *slog.Logger {
-	out := opts.LogOutput
-	if out == nil {
-		out = os.Stderr
-	}
-	ho := &slog.HandlerOptions{Level: opts.LogLevel}
-	if opts.LogFormat == "text" {
-		return slog.New(slog.NewTextHandler(out, ho))
-	}
-	return slog.New(slog.NewJSONHandler(out, ho))
 }
 
 func addrString(ln net.Listener) string {

@@ -12,8 +12,8 @@ import (
 	"github.com/onsi/gomega"
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
 // sanityNode is the least node csi-sanity's controller specs need: a node
@@ -46,14 +46,14 @@ func (sanityNode) NodeGetCapabilities(context.Context, *csi.NodeGetCapabilitiesR
 func TestSanity(t *testing.T) {
 	needServer(t)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
-	l, err := server.Listen("unix://" + sock)
+	l, err := endpoint.Listen("unix://" + sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.New(server.Services{Identity: identity.New(nil, true), Controller: newService(t), Node: sanityNode{}}, nil)
+	g := endpoint.New(endpoint.Services{Identity: identity.New(nil, true), Controller: newService(t), Node: sanityNode{}}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, g, l, time.Second) }()
+	go func() { done <- endpoint.Serve(ctx, g, l, time.Second) }()
 	defer func() { cancel(); <-done }()
 
 	cfg := sanity.NewTestConfig()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -15,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/keylock"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
@@ -57,8 +57,7 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
-	mu   sync.Mutex
-	busy map[string]bool
+	locks keylock.Locks
 
 	claims eventQueue // the claims' events, off the calls' path
 }
@@ -69,22 +68,16 @@ func New(cfg Config) *Service {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Service{cfg: cfg, log: log, busy: map[string]bool{}}
+	return &Service{cfg: cfg, log: log}
 }
 
 // lock marks a volume busy; the second caller gets ABORTED.
 func (s *Service) lock(id string) (func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.busy[id] {
+	unlock, _, ok := s.locks.TryLock(id, "")
+	if !ok {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", id)
 	}
-	s.busy[id] = true
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.busy, id)
-	}, nil
+	return unlock, nil
 }
 
 // getVolume reads a PillarVolumeState fresh; nil when there is none.

@@ -53,10 +53,10 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/controller"
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
 // Defaults of Options.
@@ -249,7 +249,7 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	}
 	if opts.CSIEndpoint != "" {
 		cs := &csiServer{endpoint: opts.CSIEndpoint, grace: graceful, log: log, metrics: cm,
-			services: server.Services{Identity: identity.New(cachesSynced, true), Controller: svc}}
+			services: endpoint.Services{Identity: identity.New(cachesSynced, true), Controller: svc}}
 		if err := mgr.Add(cs); err != nil {
 			return nil, err
 		}
@@ -310,7 +310,7 @@ type csiServer struct {
 	endpoint string
 	grace    time.Duration
 	log      *slog.Logger
-	services server.Services
+	services endpoint.Services
 	metrics  *controller.Metrics
 	target   atomic.Pointer[string] // gRPC target of the listener, once it listens
 }
@@ -322,7 +322,7 @@ type csiServer struct {
 const csiProbeTimeout = 8 * time.Second
 
 func (c *csiServer) Start(ctx context.Context) error {
-	l, err := server.Listen(c.endpoint)
+	l, err := endpoint.Listen(c.endpoint)
 	if err != nil {
 		return err
 	}
@@ -332,7 +332,7 @@ func (c *csiServer) Start(ctx context.Context) error {
 	}
 	c.target.Store(&target)
 	c.log.Info("serving CSI", "endpoint", c.endpoint)
-	return server.Serve(ctx, server.New(c.services, c.log, c.metrics.Interceptor()), l, c.grace)
+	return endpoint.Serve(ctx, endpoint.New(c.services, c.log, c.metrics.Interceptor()), l, c.grace)
 }
 
 func (c *csiServer) NeedLeaderElection() bool { return false }

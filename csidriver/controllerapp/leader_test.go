@@ -58,7 +58,7 @@ func startReplica(t *testing.T, bin, name, lease string) *replica {
 		health: haddr, csiSock: filepath.Join(t.TempDir(), "csi.sock"), done: make(chan error, 1)}
 	r.cmd = exec.Command(bin, "-namespace", namespace, "-leader-election-id", lease,
 		"-lease-duration", "3s", "-renew-deadline", "2s", "-retry-period", "250ms",
-		"-metrics-address", maddr, "-health-address", haddr, "-graceful-shutdown", "5s", "-log-level", "debug",
+		"-metrics-address", maddr, "-health-address", haddr, "-shutdown-grace-period", "5s", "-log-level", "debug",
 		"-csi-endpoint", "unix://"+r.csiSock)
 	r.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=")
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log

@@ -654,7 +654,7 @@ func TestStatsAndHealth(t *testing.T) {
 
 func TestBusyVolumeIsAborted(t *testing.T) {
 	e := newEnv(t)
-	unlock, ok := e.svc.locks.tryLock(vol)
+	unlock, _, ok := e.svc.locks.TryLock(vol, "test")
 	if !ok {
 		t.Fatal("lock")
 	}

@@ -16,12 +16,12 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/controller"
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/envtestsuite"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
 	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
 // TestSanity runs every csi-sanity spec (Identity, Controller, Node)
@@ -34,18 +34,18 @@ func TestSanity(t *testing.T) {
 	e := newEnv(t)
 	ctrl := realController(t, e)
 	sock := filepath.Join(t.TempDir(), "csi.sock")
-	l, err := server.Listen("unix://" + sock)
+	l, err := endpoint.Listen("unix://" + sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.New(server.Services{
+	g := endpoint.New(endpoint.Services{
 		Identity:   identity.New(e.svc.Ready, true),
 		Node:       e.svc,
 		Controller: ctrl,
 	}, e.svc.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, g, l, time.Second) }()
+	go func() { done <- endpoint.Serve(ctx, g, l, time.Second) }()
 	defer func() { cancel(); <-done }()
 
 	cfg := sanity.NewTestConfig()

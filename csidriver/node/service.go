@@ -16,6 +16,7 @@ import (
 	mount "k8s.io/mount-utils"
 
 	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/api/keylock"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/stage"
@@ -78,7 +79,7 @@ type Service struct {
 	run     command.Runner
 	nvme    *nvmeof.Initiator
 	log     *slog.Logger
-	locks   volumeLocks
+	locks   keylock.Locks // no lock over all volumes
 }
 
 // New validates cfg and returns the service. It creates the state
@@ -130,7 +131,6 @@ func New(cfg Config) (*Service, error) {
 		run:     cfg.runner,
 		nvme:    cfg.initiator,
 		log:     cfg.Logger,
-		locks:   volumeLocks{held: map[string]bool{}},
 	}, nil
 }
 
@@ -218,7 +218,7 @@ func (s *Service) stagedRecord(volumeID string, code codes.Code) (stage.Record, 
 // operation on a busy volume, and serialising here keeps two stages of one
 // volume from racing on connect and mkfs.
 func (s *Service) lock(volumeID string) (func(), error) {
-	unlock, ok := s.locks.tryLock(volumeID)
+	unlock, _, ok := s.locks.TryLock(volumeID, "")
 	if !ok {
 		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", volumeID)
 	}

@@ -17,7 +17,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 
 	"github.com/pillar-csi/pillar-csi/csidriver/driver"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 )
 
 // Defaults of Config.
@@ -263,10 +263,10 @@ func idOf(fi os.FileInfo) (fileID, bool) {
 // under the temporary dot name, mode 0600 (kubelet runs as root), renamed
 // into place, so kubelet never sees it half made.
 func (r *Registrar) listen() (*socket, error) {
-	if err := server.RemoveStaleSocket(r.path); err != nil {
+	if err := endpoint.RemoveStaleSocket(r.path); err != nil {
 		return nil, err
 	}
-	if err := server.RemoveStaleSocket(r.tmp); err != nil {
+	if err := endpoint.RemoveStaleSocket(r.tmp); err != nil {
 		return nil, err
 	}
 	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: r.tmp, Net: "unix"})

@@ -21,11 +21,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pillar-csi/pillar-csi/api/flagalias"
+	"github.com/pillar-csi/pillar-csi/api/logging"
 	"github.com/pillar-csi/pillar-csi/csidriver/driver"
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/node"
 	"github.com/pillar-csi/pillar-csi/csidriver/registration"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
 )
 
 // defaultHealthAddress is where /healthz and /readyz listen (the node's
@@ -45,27 +47,43 @@ type config struct {
 	pluginRegistrationDir   string
 	healthAddress           string // "" or "0" turns it off
 	logLevel                slog.Level
+	logFormat               string
 	version                 bool
+}
+
+// registerFlags registers pillar-node's flags on fs, writing to c. The
+// names are the ones every pillar-csi binary uses for the same setting;
+// -endpoint is the old name of -csi-endpoint, kept for one release.
+func registerFlags(fs *flag.FlagSet, c *config) {
+	c.endpoint = "unix:///csi/csi.sock"
+	c.logLevel, c.logFormat = slog.LevelInfo, logging.FormatJSON
+	fs.StringVar(&c.endpoint, "csi-endpoint", c.endpoint, "CSI endpoint (unix:///path or tcp://host:port)")
+	flagalias.Add(fs, "endpoint", "csi-endpoint")
+	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes node name of this worker (default $NODE_NAME)")
+	fs.StringVar(&c.stateDir, "state-dir", node.DefaultStateDir, "directory of the stage records (a hostPath)")
+	fs.StringVar(&c.hostNQNFile, "host-nqn-file", node.DefaultHostNQNFile, "file holding this host's NVMe host NQN")
+	fs.StringVar(&c.hostIDFile, "host-id-file", node.DefaultHostIDFile, "file holding this host's NVMe host ID (optional)")
+	fs.StringVar(&c.kubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path as kubelet sees it on the host, e.g. /var/lib/kubelet/plugins/pillar-csi.io/csi.sock (required when registration is on)")
+	fs.StringVar(&c.pluginRegistrationDir, "plugin-registration-dir", registration.DefaultDir, `kubelet's plugin registration directory, where the registration socket is created ("" turns registration off)`)
+	fs.StringVar(&c.healthAddress, "health-address", defaultHealthAddress, `listen address of /healthz and /readyz ("" or "0" disables)`)
+	logging.AddFlags(fs, &c.logLevel, &c.logFormat)
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 }
 
 func main() {
 	var c config
-	flag.StringVar(&c.endpoint, "endpoint", "unix:///csi/csi.sock", "CSI endpoint (unix:///path or tcp://host:port)")
-	flag.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes node name of this worker (default $NODE_NAME)")
-	flag.StringVar(&c.stateDir, "state-dir", node.DefaultStateDir, "directory of the stage records (a hostPath)")
-	flag.StringVar(&c.hostNQNFile, "host-nqn-file", node.DefaultHostNQNFile, "file holding this host's NVMe host NQN")
-	flag.StringVar(&c.hostIDFile, "host-id-file", node.DefaultHostIDFile, "file holding this host's NVMe host ID (optional)")
-	flag.StringVar(&c.kubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path as kubelet sees it on the host, e.g. /var/lib/kubelet/plugins/pillar-csi.io/csi.sock (required when registration is on)")
-	flag.StringVar(&c.pluginRegistrationDir, "plugin-registration-dir", registration.DefaultDir, `kubelet's plugin registration directory, where the registration socket is created ("" turns registration off)`)
-	flag.StringVar(&c.healthAddress, "health-address", defaultHealthAddress, `listen address of /healthz and /readyz ("" or "0" disables)`)
-	flag.TextVar(&c.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
-	flag.BoolVar(&c.version, "version", false, "print the version and exit")
+	registerFlags(flag.CommandLine, &c)
 	flag.Parse()
 	if c.version {
 		fmt.Println(driver.Name, driver.Version)
 		return
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: c.logLevel}))
+	log, err := logging.New(os.Stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pillar-node:", err)
+		os.Exit(2)
+	}
+	flagalias.Warn(flag.CommandLine, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, c, log); err != nil {
@@ -76,7 +94,7 @@ func main() {
 
 func run(ctx context.Context, c config, log *slog.Logger) error {
 	if c.nodeName == "" {
-		return errors.New("node name is empty: set --node-name or $NODE_NAME (the downward API's spec.nodeName)")
+		return errors.New("node name is empty: set -node-name or $NODE_NAME (the downward API's spec.nodeName)")
 	}
 	var reg *registration.Registrar
 	if c.pluginRegistrationDir != "" {
@@ -110,11 +128,11 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		}
 		defer hl.Close()
 	}
-	l, err := server.Listen(c.endpoint)
+	l, err := endpoint.Listen(c.endpoint)
 	if err != nil {
 		return err
 	}
-	g := server.New(server.Services{Identity: id, Node: ns}, log)
+	g := endpoint.New(endpoint.Services{Identity: id, Node: ns}, log)
 	log.Info("serving", "endpoint", c.endpoint, "node_id", ns.NodeID(), "version", driver.Version)
 
 	csiCtx, stopCSI := context.WithCancel(context.Background())
@@ -122,7 +140,7 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 	csiDone := make(chan error, 1)
 	// Long enough for a mkfs in flight to finish; kubelet's default grace
 	// period is 30 s.
-	go func() { csiDone <- server.Serve(csiCtx, g, l, 25*time.Second) }()
+	go func() { csiDone <- endpoint.Serve(csiCtx, g, l, 25*time.Second) }()
 
 	// Registration starts once the CSI endpoint listens: kubelet calls
 	// NodeGetInfo on it as soon as it has read the registration.

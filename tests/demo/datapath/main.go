@@ -254,7 +254,7 @@ func (d *demo) startNode() error {
 	if err := os.WriteFile(filepath.Join(d.work, "hostid"), []byte(hostID+"\n"), 0o644); err != nil {
 		return err
 	}
-	if err := d.start("pillar-node", "-endpoint", "unix://"+sock, "-node-name", "worker-0",
+	if err := d.start("pillar-node", "-csi-endpoint", "unix://"+sock, "-node-name", "worker-0",
 		"-state-dir", filepath.Join(d.work, "node"), "-host-nqn-file", hostNQN,
 		"-host-id-file", filepath.Join(d.work, "hostid"), "-log-level", "info",
 		// The demo plays kubelet's part itself: nothing to register with.

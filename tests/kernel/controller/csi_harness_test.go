@@ -289,7 +289,7 @@ func (s *stack) startWorker(name string) *worker {
 	}
 	sock := "unix://" + filepath.Join(dir, "csi.sock")
 	began := time.Now()
-	p, err := startProc("pillar-node", filepath.Join(s.l.bin, "pillar-node"), nil, "-endpoint", sock, "-node-name", name,
+	p, err := startProc("pillar-node", filepath.Join(s.l.bin, "pillar-node"), nil, "-csi-endpoint", sock, "-node-name", name,
 		"-state-dir", filepath.Join(dir, "state"), "-host-nqn-file", nqnFile, "-host-id-file", idFile, "-log-level", "debug",
 		// No kubelet runs here to register with; two workers share the
 		// guest, so neither takes the default health port.

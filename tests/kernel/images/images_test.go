@@ -312,7 +312,7 @@ func TestNodeImageStagesAVolume(t *testing.T) {
 	registry := filepath.Join(kubelet, "plugins_registry")
 	mountIn(t, root, "/registration", "--bind", mkdir(t, registry))
 	healthPort := fixture.FreeTCPPort(t)
-	start(t, chrooted(root, "/usr/bin/pillar-node", "-endpoint", "unix://"+sock, "-node-name", "lab", "-log-level", "debug",
+	start(t, chrooted(root, "/usr/bin/pillar-node", "-csi-endpoint", "unix://"+sock, "-node-name", "lab", "-log-level", "debug",
 		"-kubelet-registration-path", sock, "-plugin-registration-dir", "/registration",
 		"-health-address", "127.0.0.1:"+strconv.Itoa(healthPort)))
 	conn, err := grpc.NewClient("passthrough:///pillar-node", grpc.WithTransportCredentials(insecure.NewCredentials()),

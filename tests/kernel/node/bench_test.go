@@ -19,9 +19,9 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/node"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
@@ -53,15 +53,15 @@ func serveChild(sock string) int {
 		log.Error("child", "error", err)
 		return 1
 	}
-	l, err := server.Listen("unix://" + sock)
+	l, err := endpoint.Listen("unix://" + sock)
 	if err != nil {
 		log.Error("child", "error", err)
 		return 1
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
-	g := server.New(server.Services{Identity: identity.New(svc.Ready, false), Node: svc}, log)
-	if err := server.Serve(ctx, g, l, 10*time.Second); err != nil {
+	g := endpoint.New(endpoint.Services{Identity: identity.New(svc.Ready, false), Node: svc}, log)
+	if err := endpoint.Serve(ctx, g, l, 10*time.Second); err != nil {
 		log.Error("child", "error", err)
 		return 1
 	}

@@ -21,9 +21,9 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/configfs"
+	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
 	"github.com/pillar-csi/pillar-csi/csidriver/identity"
 	"github.com/pillar-csi/pillar-csi/csidriver/node"
-	"github.com/pillar-csi/pillar-csi/csidriver/server"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
 
@@ -68,14 +68,14 @@ func startPlugin(t testing.TB, h host, stateDir string) *plugin {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(t.TempDir(), "csi.sock")
-	l, err := server.Listen("unix://" + sock)
+	l, err := endpoint.Listen("unix://" + sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.New(server.Services{Identity: identity.New(svc.Ready, false), Node: svc}, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
+	g := endpoint.New(endpoint.Services{Identity: identity.New(svc.Ready, false), Node: svc}, slog.New(slog.NewTextHandler(testWriter{t}, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, g, l, 10*time.Second) }()
+	go func() { done <- endpoint.Serve(ctx, g, l, 10*time.Second) }()
 	p := dial(t, sock)
 	p.stop = func() {
 		cancel()

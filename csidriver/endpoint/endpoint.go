@@ -1,8 +1,12 @@
-// Package server serves pillar-csi's CSI services over gRPC on a unix
-// socket (or TCP, for tests), with one interceptor that logs every call
-// with its volume_id, duration and status code. Requests are never
-// logged in full: CSI secrets travel in them.
-package server
+// Package endpoint serves pillar-csi's CSI services over gRPC on their CSI
+// endpoint, a unix socket (or TCP, for tests), with the interceptor all
+// pillar-csi binaries log their calls with (api/logging). Requests are
+// never logged in full: CSI secrets travel in them.
+//
+// It is the transport only; the services are packages identity,
+// controller and node. (In the agent module, package server is the
+// service and app its transport.)
+package endpoint
 
 import (
 	"context"
@@ -17,7 +21,8 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
+
+	"github.com/pillar-csi/pillar-csi/api/logging"
 )
 
 // Services are the CSI services one binary serves; nil ones are not
@@ -94,7 +99,10 @@ func New(s Services, log *slog.Logger, extra ...grpc.UnaryServerInterceptor) *gr
 	if log == nil {
 		log = slog.Default()
 	}
-	g := grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{logCalls(log)}, extra...)...))
+	// kubelet and the sidecars probe every few seconds; a record for each
+	// would bury the calls that change something.
+	logCalls := logging.UnaryServerInterceptor(log, csi.Identity_Probe_FullMethodName)
+	g := grpc.NewServer(grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{logCalls}, extra...)...))
 	if s.Identity != nil {
 		csi.RegisterIdentityServer(g, s.Identity)
 	}
@@ -126,27 +134,4 @@ func Serve(ctx context.Context, g *grpc.Server, l net.Listener, grace time.Durat
 		g.Stop()
 	}
 	return nil
-}
-
-// volumeIDer is every CSI request that names a volume.
-type volumeIDer interface{ GetVolumeId() string }
-
-func logCalls(log *slog.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		attrs := []any{"method", info.FullMethod}
-		if v, ok := req.(volumeIDer); ok {
-			attrs = append(attrs, "volume_id", v.GetVolumeId())
-		}
-		start := time.Now()
-		resp, err := h(ctx, req)
-		attrs = append(attrs, "duration_seconds", time.Since(start).Seconds(), "code", status.Code(err).String())
-		if err != nil {
-			log.Error("call failed", append(attrs, "error", err)...)
-		} else if strings.HasSuffix(info.FullMethod, "/Probe") {
-			log.Debug("call", attrs...)
-		} else {
-			log.Info("call", attrs...)
-		}
-		return resp, err
-	}
 }

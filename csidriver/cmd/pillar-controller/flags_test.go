@@ -1,0 +1,45 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/pillar-csi/pillar-csi/api/flagalias"
+	"github.com/pillar-csi/pillar-csi/csidriver/controllerapp"
+)
+
+func TestFlagsAndDeprecatedAliases(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		grace  time.Duration
+		format string
+		level  slog.Level
+		used   []flagalias.Alias
+	}{
+		{name: "defaults", grace: controllerapp.DefaultGracefulShutdown, format: "json"},
+		{name: "shared names", args: []string{"-shutdown-grace-period=5s", "-log-format=text", "-log-level=warn"},
+			grace: 5 * time.Second, format: "text", level: slog.LevelWarn},
+		{name: "the old -graceful-shutdown still works", args: []string{"-graceful-shutdown", "7s"},
+			grace: 7 * time.Second, format: "json", used: []flagalias.Alias{{Old: "graceful-shutdown", New: "shutdown-grace-period"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("pillar-controller", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			f := registerFlags(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if f.o.GracefulShutdown != tc.grace || f.logFormat != tc.format || f.logLevel != tc.level {
+				t.Errorf("grace %v, format %q, level %v; want %v, %q, %v", f.o.GracefulShutdown, f.logFormat, f.logLevel, tc.grace, tc.format, tc.level)
+			}
+			u := flagalias.Used(fs)
+			if len(u) != len(tc.used) || (len(u) == 1 && u[0] != tc.used[0]) {
+				t.Errorf("aliases used %v, want %v", u, tc.used)
+			}
+		})
+	}
+}
