@@ -110,7 +110,7 @@ verify: $(VERIFY_TOOLS) ## Fail on stale generated files, untidy go.mod/go.sum, 
 # RUN=TestPublish. Without MODULE every module's tests run, and
 # pillar-controller's on the oldest supported Kubernetes (make test-floor).
 MODULE ?=
-PKG    ?= ./...
+PKG    ?=
 RUN    ?=
 # Extra flags for `go test`, e.g. make test TESTFLAGS='-count=1 -v'.
 TESTFLAGS ?=
@@ -129,7 +129,7 @@ go-test = cd $(1) && GOWORK=off go test $(if $(RUN),-run '$(RUN)') $(TESTFLAGS) 
 ifneq ($(MODULE),)
 test: $(addprefix $(BIN)/,$(test-tools.$(MODULE))) ## Run every module's tests (GOWORK=off) with the real API-server suites, and make test-floor; MODULE=, PKG=, RUN= pick one
 	@[ -f $(MODULE)/go.mod ] || { echo "make test: no module $(MODULE) (one of: $(MODULES))" >&2; exit 1; }
-	$(call go-test,$(MODULE),$(PKG))
+	$(call go-test,$(MODULE),$(or $(PKG),./...))
 else
 test: test-modules test-floor
 endif
