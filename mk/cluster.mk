@@ -152,3 +152,29 @@ e2e-full-1 e2e-full-2 e2e-full-3: e2e-full-%: pillar-lab images cluster-tools $(
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 4h tests/e2e/pillar -- -test.timeout 3h50m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_$*)' -external.skip='$(e2e_full_skip_$*)' -external.timeout=3h30m $(E2EFLAGS)
 e2e-full-4: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/agnhost ## The part of make e2e-full that needs a second node, in two guests (needs root)
 	$(two_guests) -timeout 2h tests/e2e/pillar -- -test.timeout 110m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_4)' -external.skip='$(e2e_full_skip_4)' -external.timeout=90m $(E2EFLAGS)
+
+# ------------------------------------------------------- kept cluster ----
+
+# A lab cluster kept up between runs (tests/e2e/kept), for the one-test
+# loop: make e2e-up boots the guest, starts the cluster and the pools and
+# returns (4-5 minutes under TCG); make e2e-run compiles tests/e2e/pillar
+# on the host and runs it against that cluster (RUN, E2EFLAGS), the first
+# run that needs the driver installing it; make e2e-down tears it down.
+# One kept cluster per lab cache; it stops by itself after
+# E2E_KEPT_LIFETIME. The cluster runs the images and binaries of bin/ as
+# they were at make e2e-up: after changing the driver, make images and
+# make e2e-down e2e-up (see tests/README.md).
+E2E_KEPT_LIFETIME ?= 4h
+
+.PHONY: pillar-kept e2e-up e2e-run e2e-down
+pillar-kept:
+	cd tests && GOWORK=off go build -o $(BIN)/pillar-kept ./e2e/cmd/pillar-kept
+
+e2e-up: pillar-lab pillar-kept images cluster-tools ## Boot a lab guest whose cluster stays up for make e2e-run until make e2e-down (or E2E_KEPT_LIFETIME, 4h); returns once it is ready (needs root)
+	$(BIN)/pillar-kept up -m $(E2E_MEMORY_MB) -lifetime $(E2E_KEPT_LIFETIME)
+
+e2e-run: pillar-kept ## Compile tests/e2e/pillar and run it against the kept cluster of make e2e-up, e.g. make e2e-run RUN=TestQuickstart (needs root)
+	$(BIN)/pillar-kept run $(if $(RUN),-run '$(RUN)') -- $(E2EFLAGS)
+
+e2e-down: pillar-kept ## Tear down the kept cluster of make e2e-up and power its guest off
+	$(BIN)/pillar-kept down

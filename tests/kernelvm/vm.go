@@ -104,6 +104,12 @@ type BootOptions struct {
 	// unlike the guest's tmpfs, what is written to them survives the
 	// guest's power cut.
 	Disks []string
+	// OnStart, if set, is called with QEMU's process ID once it has
+	// started: a guest kept running in the background (make e2e-up) is
+	// found, and found dead, by it. QEMU leads its own process group
+	// unless Interactive.
+	OnStart func(pid int)
+
 	// Share, if set, is a host directory the guest can mount with 9p tag
 	// ShareTag, uncached, so that writes from the host or another guest
 	// sharing it are seen at once.
@@ -249,6 +255,9 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return BootResult{}, &Error{Op: op, Cmd: cmd.Args[:1], Err: err}
+	}
+	if o.OnStart != nil {
+		o.OnStart(cmd.Process.Pid)
 	}
 	if pw, ok := cmd.Stdout.(*os.File); ok && !o.Interactive {
 		pw.Close() // the child holds its own copy; EOF comes when QEMU exits

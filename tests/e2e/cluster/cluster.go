@@ -91,6 +91,8 @@ type Cluster struct {
 	beforeKubelet  func(context.Context) error
 	// joinDir holds what the peer needs to join, in the share.
 	joinDir string
+	// attached is set by Attach: another process owns the cluster.
+	attached bool
 }
 
 type undoStep struct {
@@ -689,6 +691,9 @@ func (c *Cluster) startNode(ctx context.Context) error {
 // node everything goes on, as on a node cut off from the control plane or
 // whose kubelet died. StartKubelet brings it back.
 func (c *Cluster) StopKubelet() error {
+	if c.attached {
+		return fmt.Errorf("stop the kubelet: %w", ErrAttached)
+	}
 	d := c.kubelet
 	if d == nil {
 		return errors.New("stop the kubelet: it is not running")
@@ -705,6 +710,9 @@ func (c *Cluster) StopKubelet() error {
 // StartKubelet starts the main guest's kubelet again after StopKubelet
 // and waits for the node to be Ready.
 func (c *Cluster) StartKubelet(ctx context.Context) error {
+	if c.attached {
+		return fmt.Errorf("start the kubelet: %w", ErrAttached)
+	}
 	if c.kubelet != nil {
 		return errors.New("start the kubelet: it is running")
 	}
@@ -814,8 +822,12 @@ spec:
 
 // Stop tears the cluster down in the reverse order of Start: the
 // containers, the components, the node's interface and
-// mounts. It reports every step that failed.
+// mounts. It reports every step that failed. An attached cluster
+// (Attach) is left running for the process that owns it.
 func (c *Cluster) Stop() error {
+	if c.attached {
+		return nil
+	}
 	var errs []error
 	for i := len(c.undo) - 1; i >= 0; i-- {
 		if err := c.undo[i].fn(); err != nil {
@@ -830,6 +842,9 @@ func (c *Cluster) Stop() error {
 // cluster's events and pods, and the kernel log.
 func (c *Cluster) Dump(w io.Writer) {
 	ctx := context.Background()
+	if c.attached {
+		c.dumpLogs(w)
+	}
 	for _, d := range c.daemons {
 		state := "running"
 		if ok, err := d.exited(); ok {

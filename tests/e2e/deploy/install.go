@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -257,4 +258,35 @@ func Diagnose(w io.Writer, c *cluster.Cluster) {
 			}
 		}
 	}
+}
+
+// Installed reports whether the chart's release is installed and
+// deployed in c: a kept cluster (make e2e-up) keeps the install of one
+// run for the next, and a second install of the same release fails. A
+// release in another state (failed, pending) is an error: the install
+// of an earlier run broke, and only a human knows whether to uninstall.
+func Installed(ctx context.Context, c *cluster.Cluster) (bool, error) {
+	out, err := c.Helm(ctx, 2*time.Minute, "status", Release, "-n", Namespace, "-o", "json")
+	if err != nil {
+		var ce *cluster.CmdError
+		if errors.As(err, &ce) && strings.Contains(ce.Stderr, "release: not found") {
+			return false, nil
+		}
+		return false, fmt.Errorf("helm status %s: %w", Release, err)
+	}
+	return releaseDeployed(out)
+}
+
+// releaseDeployed reads `helm status -o json`.
+func releaseDeployed(status []byte) (bool, error) {
+	var st struct {
+		Info struct{ Status string }
+	}
+	if err := json.Unmarshal(status, &st); err != nil {
+		return false, fmt.Errorf("helm status %s: %w", Release, err)
+	}
+	if st.Info.Status != "deployed" {
+		return false, fmt.Errorf("release %s is %q, not deployed: uninstall it (helm uninstall -n %s %s) or start the cluster anew (make e2e-down e2e-up)", Release, st.Info.Status, Namespace, Release)
+	}
+	return true, nil
 }

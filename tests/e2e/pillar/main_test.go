@@ -34,6 +34,12 @@ var lab struct {
 	installErr  error
 }
 
+// attachFile names the attach state of a kept cluster (make e2e-up): the
+// binary then runs its tests against that cluster, which another process
+// of the guest owns, instead of starting one of its own. make e2e-run
+// passes it.
+var attachFile = flag.String("cluster.attach", "", "attach to the kept cluster whose state file this is instead of starting a cluster (make e2e-run passes it)")
+
 func TestMain(m *testing.M) {
 	// The suite's controller-runtime client (disrupt_test.go) logs through
 	// this: its warnings reach the run's output, and it no longer prints
@@ -49,9 +55,20 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stdout, "pillar-e2e: storage node: %v\n", err)
 		os.Exit(1)
 	}
+	flag.Parse()
 	// Outside the guest, the tests fail through RequireGuest (never skip),
 	// so there is nothing to start.
-	if guest.InLab() {
+	if guest.InLab() && *attachFile != "" {
+		// The kept cluster's owner made its pools too, and keeps them.
+		lab.root, lab.err = cluster.RepoRoot()
+		if lab.err == nil {
+			lab.c, lab.err = cluster.Attach(*attachFile, os.Stdout)
+		}
+		if lab.err == nil {
+			fmt.Fprintf(os.Stdout, "pillar-e2e: attached to the kept cluster of %s (node %s, guest uptime %.1fs), %d MiB used\n",
+				*attachFile, lab.c.NodeName, cluster.Uptime().Seconds(), cluster.MemUsedMiB())
+		}
+	} else if guest.InLab() {
 		lab.root, lab.err = cluster.RepoRoot()
 		if lab.err == nil {
 			t0 := time.Now()
@@ -86,7 +103,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stdout, "pillar-e2e: guest memory in use at the end: %d MiB\n", cluster.MemUsedMiB())
 		cluster.WriteCPUTop(os.Stdout, 25)
 		t0 := time.Now()
-		if err := lab.c.Stop(); err != nil {
+		if lab.c.Attached() {
+			fmt.Fprintf(os.Stdout, "cluster: kept running for the next run (make e2e-down stops it)\n")
+		} else if err := lab.c.Stop(); err != nil {
 			fmt.Fprintf(os.Stdout, "cluster: teardown: %v\n", err)
 			code = 1
 		} else {
@@ -125,6 +144,17 @@ var installValues = flag.String("install.values", "", "a Helm values file applie
 // minutes in a busy guest.
 func installOnce(c *cluster.Cluster) {
 	lab.installOnce.Do(func() {
+		// A kept cluster keeps the install of the run that made it.
+		if c.Attached() {
+			ok, err := deploy.Installed(context.Background(), c)
+			if err != nil || ok {
+				if ok {
+					fmt.Fprintf(os.Stdout, "pillar-e2e: the kept cluster has release %s installed: not installing again\n", deploy.Release)
+				}
+				lab.installErr = err
+				return
+			}
+		}
 		var extra []string
 		if *installValues != "" {
 			extra = append(extra, *installValues)
