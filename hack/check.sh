@@ -3,29 +3,33 @@
 # and a table of the phases at the end.
 #
 # The kernel lab's guests are emulated (TCG): while one runs, the host's
-# cores are only partly busy, so the host work no guest waits for runs in
-# the background beside the guests, at a lower priority, instead of before
-# or after them. The order follows what each guest needs:
+# cores are not all busy, so the host work no guest waits for runs in the
+# background beside the guests, at niceness 10 (the guest's QEMU keeps the
+# CPU whenever it wants it), instead of before or after them. In order:
 #
 #   1. the binaries, kube-apiserver, etcd and the images the kernel lab's
-#      suites read, while the lab provisions (Debian packages, the guest
-#      kernel, ZFS built for it);
-#   2. the kernel lab's suites in one guest; beside it, the lab cluster's
-#      binaries, bin/e2e.test, the lint and generate tools, and the oldest
-#      supported kube-apiserver when its suites must run;
-#   3. the end-to-end subset in the lab cluster; beside it, make verify, the
-#      images' checks and the oldest Kubernetes' suites;
-#   4. every module's tests, on a host with nothing else running, since
-#      some of them wait on real time (servers, API-server watches).
+#      suites read, while the lab provisions in the background (Debian
+#      packages, the guest kernel, ZFS built for it);
+#   2. the kernel lab's suites in one guest, then the end-to-end subset in
+#      the lab cluster in another; beside both, in the background: the lab
+#      cluster's binaries and bin/e2e.test (the end-to-end subset waits for
+#      them), the lint and generate tools and the oldest supported
+#      kube-apiserver when its suites must run, make verify, and the
+#      images' checks;
+#   3. every module's tests, then the oldest Kubernetes' suites unless they
+#      are proven for this tree (hack/floor.sh), on a host with nothing
+#      else running, since some of them wait on real time (servers,
+#      API-server watches).
 #
 # A phase that fails does not stop the others (as make -k), except that a
 # guest is not booted when what it needs failed to build; the run fails at
 # the end, naming every failed or overrun phase. Budgets are in seconds, for
-# a cold run on the 2-core CI machine (CONTRIBUTING.md); a phase past
-# OVERRUN (2) times its budget fails the run.
+# a cold run on the 2-core CI machine (docs/ci.md); a phase past OVERRUN (2)
+# times its budget fails the run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/phases.sh"
+trap 'rm -rf "$PHASE_DIR"' EXIT
 cd "$REPO_ROOT"
 
 m() { make --no-print-directory "$@"; }
@@ -43,11 +47,11 @@ host_work() {
 }
 
 # 1.
-start_phase lab-provision 900 m lab-provision
+start_phase lab-provision 1200 m lab-provision
 run_phase build-kernel-lab 1200 m -j2 --output-sync=target kernel-binaries "$B/kube-apiserver" "$B/etcd" images
 wait_phase lab-provision
 
-# 2. and 3.
+# 2.
 start_phase host 3000 bash -c "source hack/phases.sh; B=$B; $(declare -f m floor_proven host_work); host_work"
 if phase_ok build-kernel-lab && phase_ok lab-provision; then
 	run_phase kernel-lab 1200 m test-kernel -o images -o kernel-binaries -o pillar-lab
@@ -62,7 +66,7 @@ else
 fi
 wait_phase host
 
-# 4.
+# 3.
 run_phase test 900 m test-modules
 if floor_proven; then
 	skip_phase test-floor 600 "$(hack/floor.sh check)"
