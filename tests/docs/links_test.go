@@ -19,6 +19,7 @@ import (
 // repository root.
 var checkedFiles = []string{
 	"README.md",
+	"CONTRIBUTING.md",
 	"docs/*.md",
 	"deploy/examples/README.md",
 	"deploy/charts/pillar-csi/README.md",
