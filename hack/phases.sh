@@ -25,7 +25,9 @@ now() { date +%s; }
 
 # Each phase is a file $PHASE_DIR/<start>-<name>.rec:
 #   name budget start end rc mode
-phase_rec() { ls "$PHASE_DIR"/*-"$1".rec 2>/dev/null | head -n1; }
+# (The start is ten digits, so that one name cannot match another that
+# ends with it: kernel-lab and build-kernel-lab.)
+phase_rec() { ls "$PHASE_DIR"/[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]-"$1".rec 2>/dev/null | head -n1; }
 
 phase_begin() {
 	local name=$1 budget=$2 mode=$3 t
@@ -54,7 +56,7 @@ run_phase() {
 }
 
 # start_phase NAME BUDGET CMD...: runs CMD in the background at niceness
-# NICE, its output in a log of its own.
+# NICE (NICE=0 start_phase ... for a guest), its output in a log of its own.
 declare -A PHASE_PID=()
 start_phase() {
 	local name=$1 budget=$2
@@ -64,7 +66,7 @@ start_phase() {
 	(
 		rc=0
 		# renice this subshell, not a command: "$@" may be a function.
-		renice -n "$NICE" -p "$BASHPID" >/dev/null
+		[ "$NICE" = 0 ] || renice -n "$NICE" -p "$BASHPID" >/dev/null
 		"$@" >"$PHASE_DIR/$name.log" 2>&1 || rc=$?
 		phase_end "$name" "$rc" >>"$PHASE_DIR/$name.log"
 		exit "$rc"
