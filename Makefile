@@ -294,7 +294,7 @@ clean: ## Remove bin/ (tools and binaries)
 
 ##@ Start here
 
-.PHONY: help print-%
+.PHONY: help
 print-%: ; @echo $($*)
 help: ## Show this help, target by target in groups
 	@awk -v order='Start here|Develop|Kernel lab|Lab cluster|Images|Tools|Release' -f hack/help.awk $(MAKEFILE_LIST)
