@@ -56,15 +56,15 @@ wait_phase lab-provision
 # binaries are built.
 start_phase host 3000 bash -c "source hack/phases.sh; B=$B; $(declare -f m floor_proven host_work); host_work"
 if phase_ok build-kernel-lab && phase_ok lab-provision; then
-	NICE=0 start_phase kernel-lab 1500 m test-kernel -o images -o kernel-binaries -o pillar-lab
+	NICE=0 start_phase kernel-lab 1800 m test-kernel -o images -o kernel-binaries -o pillar-lab
 else
-	skip_phase kernel-lab 1500 "what it needs did not build"
+	skip_phase kernel-lab 1800 "what it needs did not build"
 fi
 await_phase build-cluster
 if phase_ok build-cluster && phase_ok build-kernel-lab && phase_ok lab-provision; then
-	run_phase e2e-ci 1500 m e2e-ci -o images -o cluster-tools -o "$B/e2e.test" -o pillar-lab
+	run_phase e2e-ci 1800 m e2e-ci -o images -o cluster-tools -o "$B/e2e.test" -o pillar-lab
 else
-	skip_phase e2e-ci 1500 "what it needs did not build"
+	skip_phase e2e-ci 1800 "what it needs did not build"
 fi
 [ -z "${PHASE_PID[kernel-lab]:-}" ] || wait_phase kernel-lab
 wait_phase host
