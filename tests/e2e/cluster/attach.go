@@ -120,6 +120,6 @@ func (c *Cluster) Attached() bool { return c.attached }
 func (c *Cluster) dumpLogs(w io.Writer) {
 	logs, _ := filepath.Glob(c.dir("logs", "*.log"))
 	for _, l := range logs {
-		fmt.Fprintf(w, "---- %s ----\n%s\n", l, tailFile(l, 16<<10))
+		fmt.Fprintf(w, "---- %s ----\n%s\n", l, TailFile(l, 16<<10))
 	}
 }

@@ -162,10 +162,12 @@ func (d *daemon) stop(grace time.Duration) error {
 
 // tail returns the last n bytes of the daemon's log.
 func (d *daemon) tail(n int64) string {
-	return tailFile(d.log, n)
+	return TailFile(d.log, n)
 }
 
-func tailFile(path string, n int64) string {
+// TailFile is the last n bytes of the file at path, saying how much it
+// left out, or why it could not read it; it reads only those bytes.
+func TailFile(path string, n int64) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Sprintf("(cannot read %s: %v)", path, err)

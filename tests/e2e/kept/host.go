@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
 )
 
@@ -119,7 +120,7 @@ func Up(ctx context.Context, o HostOptions) (State, error) {
 		}
 		select {
 		case err := <-exited:
-			return s, fmt.Errorf("the supervisor ended before QEMU started (%v): %s", err, tail(logPath, 4<<10))
+			return s, fmt.Errorf("the supervisor ended before QEMU started (%v): %s", err, cluster.TailFile(logPath, 4<<10))
 		case <-ctx.Done():
 			syscall.Kill(supervisor, syscall.SIGTERM)
 			return s, ctx.Err()
@@ -353,18 +354,6 @@ func (f *follower) skipToEnd() {
 	if fi, err := os.Stat(f.path); err == nil {
 		f.off = fi.Size()
 	}
-}
-
-// tail is the last n bytes of the file at path.
-func tail(path string, n int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	if int64(len(b)) > n {
-		b = b[int64(len(b))-n:]
-	}
-	return string(b)
 }
 
 // copyExecutable copies the executable src to dst.
