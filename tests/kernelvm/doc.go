@@ -38,6 +38,13 @@
 //     peer's disks are sparse raw images that survive its power cut, which
 //     the main guest asks for with guest.CutPeerPower: the host kills the
 //     peer's QEMU and boots it again from the same disks.
+//   - The host's API server (apiserver.go, TestOptions.HostNet,
+//     `pillar-lab test -apiserver`): etcd and kube-apiserver run natively
+//     on the host, and the guest reaches them at HostAddr (10.0.2.2)
+//     through a NIC on QEMU's user-mode network, which forwards to the
+//     host's loopback. The kubeconfig (a cluster administrator's, the
+//     server named by HostAddr, its certificate checked as localhost) is
+//     in $PILLAR_LAB_KUBECONFIG.
 //   - Package guest: the pillar.lab=1 kernel-command-line marker and
 //     RequireGuest, which every kernel-tagged test calls, and the
 //     two-guest run's roles, addresses and power-cut handshake.
@@ -65,6 +72,11 @@
 //     with "Unknown symbol" unless crc32c_generic is loaded before it.
 //   - Debian's 6.1 kernel builds nvmet, nvmet-tcp, nvme-tcp, null_blk and
 //     dm-thin-pool as modules but no nvme-loop.
+//   - A guest has no network unless asked: 127.0.0.1 (the NVMe/TCP
+//     tests' loopback), a two-guest run's link, or HostNet's eth0
+//     (10.0.2.15/24, no route beyond it). Emulated, etcd and
+//     kube-apiserver took 55 s to start and much of the guest's CPU, so
+//     suites that need them use the host's.
 //   - The guest has no udev; see package fixture for what that means for
 //     LVM and ZFS.
 package kernelvm

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"go/build/constraint"
 	"io"
@@ -225,6 +226,11 @@ type TestOptions struct {
 	// images the suites run. Like the modules, each is made visible at
 	// its own path in the guest when the guest's /tmp hides it.
 	Expose []string
+	// HostNet gives the guest the host's network (BootOptions.HostNet),
+	// brought up before the first package runs.
+	HostNet bool
+	// Env is added to every test binary's environment, as KEY=VALUE.
+	Env []string
 }
 
 // PackageResult is the outcome of one package's test binary.
@@ -261,6 +267,9 @@ func (r *TestReport) OK() bool {
 	return len(r.Packages) > 0
 }
 
+// envName is what a shell accepts as a variable's name.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 var topLevelResult = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): `)
 
 // RunTests compiles each package's tests on the host (`go test -c -tags
@@ -280,6 +289,14 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 	}
 	if len(pkgs) == 0 {
 		return nil, &Error{Op: "run tests", Err: fmt.Errorf("no packages with %s-tagged tests", KernelTag)}
+	}
+	if o.HostNet && o.Peer != nil {
+		return nil, &Error{Op: "run tests", Err: errors.New("a two-guest run has no host network")}
+	}
+	for _, kv := range o.Env {
+		if k, _, ok := strings.Cut(kv, "="); !ok || !envName.MatchString(k) {
+			return nil, &Error{Op: "run tests", Err: fmt.Errorf("environment entry %q is not NAME=VALUE", kv)}
+		}
 	}
 	run, err := l.NewRun()
 	if err != nil {
@@ -339,6 +356,13 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 	var s strings.Builder
 	s.WriteString("#!/bin/sh\n")
 	s.WriteString(guestEnv)
+	for _, kv := range o.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		s.WriteString("export " + k + "=" + shellQuote(v) + "\n")
+	}
+	if o.HostNet {
+		s.WriteString(HostNetScript)
+	}
 	if pr != nil {
 		s.WriteString(shareMount)
 	}
@@ -396,7 +420,7 @@ runpkg() {
 			}
 		}
 	}
-	bo := BootOptions{VM: vm, Script: s.String(), Stdout: o.Stdout, OnLine: onLine}
+	bo := BootOptions{VM: vm, Script: s.String(), Stdout: o.Stdout, OnLine: onLine, HostNet: o.HostNet}
 	if pr != nil {
 		bo.Link, bo.Share = pr.main, pr.share
 		pr.start(ctx)

@@ -37,6 +37,8 @@ var BootModules = []string{
 // nvme-loop: NVMe-oF tests here use TCP on loopback.)
 var ExtraModules = []string{
 	"null_blk", "dm-snapshot",
+	// The NIC of BootOptions.HostNet (HostNetScript loads it).
+	"virtio_net",
 }
 
 // initFormat changes whenever the initramfs layout changes in a way its

@@ -2,6 +2,7 @@ package kernelvm
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -270,5 +271,28 @@ func TestExposeScript(t *testing.T) {
 	}
 	if exposeScript([]string{"/work/main", "/var/cache/x"}) != "" {
 		t.Error("paths the guest does not hide need no overlay")
+	}
+}
+
+// TestRunTestsRefusesBadOptions: options that cannot work are refused
+// before anything is compiled or booted.
+func TestRunTestsRefusesBadOptions(t *testing.T) {
+	pkgs := []TestPackage{{ImportPath: "example.com/p"}}
+	for name, c := range map[string]struct {
+		o    TestOptions
+		want string
+	}{
+		"a name that is no shell variable": {TestOptions{Env: []string{"1X=y"}}, "is not NAME=VALUE"},
+		"no value":                         {TestOptions{Env: []string{"X"}}, "is not NAME=VALUE"},
+		"a quote in the name":              {TestOptions{Env: []string{"X'Y=1"}}, "is not NAME=VALUE"},
+		"host network on a two-guest run":  {TestOptions{HostNet: true, Peer: &PeerOptions{}}, "no host network"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var l Lab
+			rep, err := l.RunTests(context.Background(), pkgs, c.o)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("RunTests with %+v: error %v (report %+v), want one saying %q", c.o, err, rep, c.want)
+			}
+		})
 	}
 }

@@ -110,6 +110,13 @@ type BootOptions struct {
 	// unless Interactive.
 	OnStart func(pid int)
 
+	// HostNet gives the guest a second way out besides 9p: a virtio NIC
+	// on QEMU's user-mode network, through which it reaches the host's
+	// loopback at HostAddr (the script brings it up with HostNetScript).
+	// Nothing else is reachable through it: the machines that run the
+	// lab have no route out but to package proxies.
+	HostNet bool
+
 	// Share, if set, is a host directory the guest can mount with 9p tag
 	// ShareTag, uncached, so that writes from the host or another guest
 	// sharing it are seen at once.
@@ -202,6 +209,14 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 		args = append(args,
 			"-netdev", fmt.Sprintf("dgram,id=n0,local.type=inet,local.host=127.0.0.1,local.port=%d,remote.type=inet,remote.host=127.0.0.1,remote.port=%d", l.LocalPort, l.RemotePort),
 			"-device", "virtio-net-pci,netdev=n0,mac="+l.MAC)
+	}
+	if o.HostNet {
+		if o.Link != nil {
+			return BootResult{}, &Error{Op: op, Err: errors.New("a guest has either a link to another guest or the host's network, not both")}
+		}
+		args = append(args,
+			"-netdev", "user,id=h0,ipv6=off,net=10.0.2.0/24",
+			"-device", "virtio-net-pci,netdev=h0,mac=52:54:00:99:01:01")
 	}
 	for i, d := range o.Disks {
 		args = append(args,
@@ -369,6 +384,17 @@ func shellQuote(s string) string {
 // inherits only what init had.
 const guestEnv = `export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TMPDIR=/tmp LANG=C.UTF-8 TERM=${TERM:-linux}
+`
+
+// HostAddr is the host as a guest with BootOptions.HostNet reaches it:
+// QEMU's user-mode network forwards a connection to HostAddr:port to
+// 127.0.0.1:port on the host.
+const HostAddr = "10.0.2.2"
+
+// HostNetScript is the guest shell line that brings up the NIC of
+// BootOptions.HostNet as eth0 with the address 10.0.2.15/24 (no route
+// beyond that network, no DNS).
+const HostNetScript = `modprobe virtio_net && ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 || { echo "pillar-lab: cannot bring up the host's network (eth0)" >&2; exit 1; }
 `
 
 // hiddenByGuest reports whether the guest's own tmpfs on /tmp hides the

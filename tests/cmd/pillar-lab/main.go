@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,6 +63,8 @@ type options struct {
 	peerMemoryMB int
 	peerDisks    string
 	peerCPUs     int
+	// apiServer is test's -apiserver.
+	apiServer bool
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -116,6 +119,8 @@ func main() {
 		fs.IntVar(&o.peerMemoryMB, "peer-m", 0, "boot a second guest (the peer of a two-guest run) with this much memory in MiB; it runs the first package's test binary as peer")
 		fs.StringVar(&o.peerDisks, "peer-disks", "", "comma-separated sizes in MiB of the peer's raw disks, /dev/vda first")
 		fs.IntVar(&o.peerCPUs, "peer-smp", 1, "the peer's CPUs")
+		fs.BoolVar(&o.apiServer, "apiserver", false, "run etcd and kube-apiserver from the workspace's bin/ on the host, with its CRDs, and give the guest "+
+			"their kubeconfig in $"+kernelvm.KubeconfigEnv+" (tests/kernel/controller needs them)")
 		fs.Parse(args)
 		code = test(ctx, &o, fs.Args(), run)
 	case "-h", "-help", "--help", "help":
@@ -241,7 +246,23 @@ func test(ctx context.Context, o *options, args []string, runRE string) int {
 	} else if o.peerDisks != "" {
 		return fail(errors.New("-peer-disks needs -peer-m"))
 	}
+	if o.apiServer {
+		stop, err := startAPIServer(ws.Root, &topts)
+		if err != nil {
+			return fail(err)
+		}
+		passed := false
+		defer func() { stop(passed) }()
+		rep, err := lab.RunTests(ctx, pkgs, topts)
+		passed = err == nil && rep.OK()
+		return report(rep, err, start)
+	}
 	rep, err := lab.RunTests(ctx, pkgs, topts)
+	return report(rep, err, start)
+}
+
+// report prints the summary of a test run and returns test's exit code.
+func report(rep *kernelvm.TestReport, err error, start time.Time) int {
 	if rep != nil {
 		rep.Total = time.Since(start)
 		rep.WriteSummary(os.Stdout)
@@ -253,4 +274,45 @@ func test(ctx context.Context, o *options, args []string, runRE string) int {
 		return 1
 	}
 	return 0
+}
+
+// startAPIServer starts etcd and kube-apiserver on the host for the
+// guest's tests and adds what reaches them to topts. Their output goes to
+// a log that stop keeps, and names, unless the tests passed.
+func startAPIServer(root string, topts *kernelvm.TestOptions) (stop func(passed bool), err error) {
+	dir, err := os.MkdirTemp("", "pillar-lab-apiserver-")
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(dir, "apiserver.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	began := time.Now()
+	a, err := kernelvm.StartAPIServer(kernelvm.APIServerOptions{
+		Bin:    filepath.Join(root, "bin"),
+		CRDDir: filepath.Join(root, "api", "config", "crd"),
+		Dir:    dir,
+		Log:    logf,
+	})
+	if err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("%w (its output: %s)", err, logPath)
+	}
+	fmt.Fprintf(os.Stderr, "pillar-lab: etcd and kube-apiserver on the host ready in %v, CRDs served; the guest reaches them at %s\n",
+		time.Since(began).Round(10*time.Millisecond), kernelvm.HostAddr)
+	topts.HostNet = true
+	topts.Expose = append(topts.Expose, dir)
+	topts.Env = append(topts.Env, kernelvm.KubeconfigEnv+"="+a.Kubeconfig)
+	return func(passed bool) {
+		a.Stop()
+		logf.Close()
+		if passed {
+			os.RemoveAll(dir)
+		} else {
+			fmt.Fprintf(os.Stderr, "pillar-lab: the host's etcd and kube-apiserver output kept: %s\n", logPath)
+		}
+	}, nil
 }

@@ -1,12 +1,17 @@
 // Package controller is the real-kernel suite of pillar-controller and
 // pillar-agent together: the shipped binaries, built by `make test-kernel`
 // into bin/, run inside the kernel lab's Debian 6.1 guest against a real
-// kube-apiserver and etcd (envtest, started in the guest from bin/) and
-// real ZFS and LVM storage.
+// kube-apiserver and etcd and real ZFS and LVM storage. The API server
+// and etcd run natively on the host (`pillar-lab test -apiserver`, from
+// bin/, with the CRDs of api/config/crd), and the guest reaches them
+// through QEMU's user-mode network: emulated in the guest they took a
+// minute to start and much of its CPU.
 //
 // pillar-controller runs as the user its generated RBAC is for
 // (csidriver/config/rbac: the ClusterRole, and the Role in pillar-csi,
-// bound to that user alone), leader-elected on its Lease; pillar-agent
+// bound to that user alone; its kubeconfig impersonates that user, so
+// the API server authorizes each request as that user),
+// leader-elected on its Lease; pillar-agent
 // listens on 127.0.0.1. What the suite proves:
 //
 //   - a PillarAgent becomes Ready (AgentReady) and its status carries the

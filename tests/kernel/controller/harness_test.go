@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/big"
 	"net"
 	"os"
@@ -29,7 +28,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -42,12 +40,12 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
@@ -61,9 +59,7 @@ const (
 	controllerUser = "system:serviceaccount:pillar-csi:pillar-controller"
 	// leaseName is the controller's leader-election Lease.
 	leaseName = "pillar-controller-kernel-test"
-	// startTimeout bounds the start of etcd and kube-apiserver, and of
-	// each binary, in the guest: the API server alone takes ~20 s there
-	// on an idle host and several times that on a busy one.
+	// startTimeout bounds the start of each binary in the guest.
 	startTimeout = 3 * time.Minute
 	// statusTimeout bounds the wait for a status the controller is to
 	// write (a reconcile, an agent call, a status patch: seconds on the
@@ -79,13 +75,14 @@ const (
 // lab is what every test of the package shares: one API server and one
 // pillar-controller, started by the first test that needs them.
 type lab struct {
-	root       string // the repository
-	bin        string // its bin/
-	env        *envtest.Environment
-	admin      client.Client
-	kubeconfig string // of controllerUser
-	apiLog     *syncBuffer
-	controller *proc
+	root string // the repository
+	bin  string // its bin/
+	// adminConfig and admin are a cluster administrator's, for the
+	// tests' own reads and writes.
+	adminConfig *rest.Config
+	admin       client.Client
+	kubeconfig  string // of controllerUser
+	controller  *proc
 	// controllers are every pillar-controller process started, the
 	// current one last (a test may kill one and start another).
 	controllers    []*proc
@@ -149,15 +146,20 @@ func start(t testing.TB) (*lab, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &lab{root: root, bin: filepath.Join(root, "bin"), apiLog: &syncBuffer{}}
-	// envtest logs through controller-runtime: with the control plane's
-	// output, shown when it does not start.
-	ctrllog.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(l.apiLog, nil)))
-	for _, b := range []string{"etcd", "kube-apiserver", "pillar-controller", "pillar-agent", "pillar-node"} {
+	l := &lab{root: root, bin: filepath.Join(root, "bin")}
+	for _, b := range []string{"pillar-controller", "pillar-agent", "pillar-node"} {
 		if _, err := os.Stat(filepath.Join(l.bin, b)); err != nil {
-			return nil, fmt.Errorf("%s is missing from %s (%w): `make test-kernel` builds pillar-controller, pillar-agent and pillar-node there, "+
-				"`make tools` etcd and kube-apiserver; this suite never builds Go code in the guest", b, l.bin, err)
+			return nil, fmt.Errorf("%s is missing from %s (%w): `make test-kernel` builds pillar-controller, pillar-agent and pillar-node there; "+
+				"this suite never builds Go code in the guest", b, l.bin, err)
 		}
+	}
+	// etcd and kube-apiserver run on the host (pillar-lab test
+	// -apiserver): emulated in the guest, they took a minute to start
+	// and much of the guest's CPU from the binaries under test.
+	adminKubeconfig := os.Getenv(kernelvm.KubeconfigEnv)
+	if adminKubeconfig == "" {
+		return nil, fmt.Errorf("$%s is not set: this suite needs the API server that `pillar-lab test -apiserver` runs on the host "+
+			"(make test-kernel passes it for this package)", kernelvm.KubeconfigEnv)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -166,59 +168,35 @@ func start(t testing.TB) (*lab, error) {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	l.env = &envtest.Environment{
-		BinaryAssetsDirectory: l.bin,
-		CRDDirectoryPaths:     []string{filepath.Join(root, "api", "config", "crd")},
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-		// envtest's defaults (20 s to start, 10 s for the CRDs to be
-		// served) are for the host, not for a TCG guest.
-		ControlPlaneStartTimeout: startTimeout,
-		ControlPlaneStopTimeout:  time.Minute,
-		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: startTimeout, PollInterval: poll},
-	}
-	api := l.env.ControlPlane.GetAPIServer()
-	api.Out, api.Err = l.apiLog, l.apiLog
-	// The guest has only lo and no default route, from which
-	// kube-apiserver would otherwise pick the address it advertises; a
-	// loopback address is refused by every endpoint reconciler but
-	// "none" (nothing here needs the kubernetes Service's endpoints).
-	api.Configure().Set("advertise-address", "127.0.0.1").Set("endpoint-reconciler-type", "none")
-	l.env.ControlPlane.Etcd = &envtest.Etcd{Out: l.apiLog, Err: l.apiLog}
-	began := time.Now()
-	cfg, err := l.env.Start()
+	cfg, err := clientcmd.BuildConfigFromFlags("", adminKubeconfig)
 	if err != nil {
-		_ = l.env.Stop()
-		t.Logf("---- etcd and kube-apiserver output (last lines) ----\n%s", tail(l.apiLog.String(), 40))
-		return nil, fmt.Errorf("starting etcd and kube-apiserver from %s: %w", l.bin, err)
+		return nil, fmt.Errorf("the host's API server: %w", err)
 	}
-	t.Logf("etcd and kube-apiserver ready, CRDs served, in %v (guest time)", time.Since(began).Round(10*time.Millisecond))
 	cfg.WarningHandler = rest.NoWarnings{}
+	l.adminConfig = cfg
 	if l.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
-		l.stop()
 		return nil, err
 	}
 	if err := l.installRBAC(); err != nil {
-		l.stop()
 		return nil, fmt.Errorf("installing csidriver/config/rbac: %w", err)
 	}
-	user, err := l.env.AddUser(envtest.User{Name: controllerUser}, cfg)
+	t.Logf("the host's API server answers at %s; RBAC installed", cfg.Host)
+	// pillar-controller is controllerUser, bound to the generated RBAC
+	// alone: the administrator's credential, impersonating it, so that
+	// the API server authorizes every request as controllerUser.
+	kc, err := clientcmd.LoadFromFile(adminKubeconfig)
 	if err != nil {
-		l.stop()
 		return nil, err
 	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		l.stop()
-		return nil, err
+	for _, u := range kc.AuthInfos {
+		u.Impersonate = controllerUser
 	}
 	dir, err := os.MkdirTemp("", "pillar-controller")
 	if err != nil {
-		l.stop()
 		return nil, err
 	}
 	l.kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(l.kubeconfig, kc, 0o600); err != nil {
+	if err := clientcmd.WriteToFile(*kc, l.kubeconfig); err != nil {
 		l.stop()
 		return nil, err
 	}
@@ -373,9 +351,6 @@ func (l *lab) leaseHolder() (string, error) {
 func (l *lab) stop() {
 	if l.controller != nil {
 		l.controller.terminate(30 * time.Second)
-	}
-	if l.env != nil {
-		_ = l.env.Stop()
 	}
 	if l.kubeconfig != "" {
 		os.RemoveAll(filepath.Dir(l.kubeconfig))

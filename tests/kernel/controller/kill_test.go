@@ -149,7 +149,7 @@ func TestCSIControllerKilledMidCall(t *testing.T) {
 // a fresh controller process and waits until it answers Probe ready.
 func (s *stack) killDuring(t *testing.T, id string, kp killPoint, call func(ctx context.Context) error) {
 	l := s.l
-	wc, err := client.NewWithWatch(l.env.Config, client.Options{Scheme: l.admin.Scheme()})
+	wc, err := client.NewWithWatch(l.adminConfig, client.Options{Scheme: l.admin.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
