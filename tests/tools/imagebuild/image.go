@@ -201,7 +201,22 @@ func assembleImage(def *Definition, ref name.Tag, layerPath string, o buildOptio
 		Labels:     labels,
 		WorkingDir: "/",
 	}
-	return mutate.ConfigFile(img, cf)
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return nil, err
+	}
+	// The OCI pre-defined annotations (licences, source, version,
+	// revision...) go on the manifest too, where registries and
+	// scanners read them without fetching the config.
+	ann := map[string]string{}
+	for k, v := range labels {
+		if strings.HasPrefix(k, "org.opencontainers.image.") {
+			ann[k] = v
+		}
+	}
+	if len(ann) == 0 {
+		return img, nil
+	}
+	return mutate.Annotations(img, ann).(v1.Image), nil
 }
 
 func describe(img v1.Image, ref name.Tag, rootfsSize int64) (*Result, error) {

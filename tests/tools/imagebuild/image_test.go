@@ -132,6 +132,13 @@ func TestLayerIsNormalized(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	man, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if man.Annotations["org.opencontainers.image.version"] != "test" || man.Annotations["org.opencontainers.image.title"] != "fixture" {
+		t.Errorf("manifest annotations = %v, want the image's org.opencontainers.image labels", man.Annotations)
+	}
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -439,5 +446,49 @@ func TestCachedPackageNeedsNoArchive(t *testing.T) {
 	}
 	if _, err := exec.LookPath("dpkg-deb"); err != nil {
 		t.Fatal("imagebuild needs dpkg-deb (Debian's dpkg package)")
+	}
+}
+
+// TestCopyrightTravels: a package's copyright file is copied whether the
+// package is taken whole (its other docs dropped) or only for the paths it
+// keeps.
+func TestCopyrightTravels(t *testing.T) {
+	src := t.TempDir()
+	for _, f := range []string{
+		"usr/bin/tool", "usr/lib/libtool.so",
+		"usr/share/doc/tool/copyright", "usr/share/doc/tool/changelog.gz",
+		"usr/share/man/man1/tool.1.gz",
+	} {
+		if err := os.MkdirAll(filepath.Join(src, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, c := range map[string]struct {
+		pkg       Package
+		want, not []string
+	}{
+		"whole":   {Package{Deb: "tool=1.0-1"}, []string{"usr/bin/tool", "usr/lib/libtool.so", "usr/share/doc/tool/copyright"}, []string{"usr/share/doc/tool/changelog.gz", "usr/share/man"}},
+		"kept":    {Package{Deb: "tool=1.0-1", Keep: []string{"/usr/bin/tool"}}, []string{"usr/bin/tool", "usr/share/doc/tool/copyright"}, []string{"usr/lib/libtool.so", "usr/share/doc/tool/changelog.gz"}},
+		"another": {Package{Deb: "other=1.0-1", Keep: []string{"/usr/bin/tool"}}, []string{"usr/bin/tool"}, []string{"usr/share/doc"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dst := t.TempDir()
+			if err := copyPackage(src, dst, c.pkg); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range c.want {
+				if _, err := os.Stat(filepath.Join(dst, f)); err != nil {
+					t.Errorf("%s not copied: %v", f, err)
+				}
+			}
+			for _, f := range c.not {
+				if _, err := os.Lstat(filepath.Join(dst, f)); err == nil {
+					t.Errorf("%s copied", f)
+				}
+			}
+		})
 	}
 }

@@ -14,7 +14,10 @@ import (
 )
 
 // docPaths are never copied from a package taken whole: nothing in a
-// container reads them at run time.
+// container reads them at run time. The one exception is each package's
+// usr/share/doc/<package>/copyright, always copied when the package has
+// it: the image redistributes the package, and its licence travels with
+// it.
 var docPaths = []string{
 	"usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/lintian",
 	"usr/share/bug", "usr/share/bash-completion", "usr/share/locale",
@@ -89,11 +92,16 @@ func copyPackage(src, dst string, p Package) error {
 	for _, k := range p.Keep {
 		keep[strings.TrimPrefix(path.Clean(k), "/")] = false
 	}
+	copyright := "usr/share/doc/" + p.Name() + "/copyright"
 	wanted := func(rel string) (bool, bool) { // take it, descend into it
+		if rel == copyright {
+			return true, false
+		}
+		toCopyright := strings.HasPrefix(copyright, rel+"/")
 		if len(keep) == 0 {
 			for _, d := range docPaths {
 				if rel == d || strings.HasPrefix(rel, d+"/") {
-					return false, false
+					return false, toCopyright
 				}
 			}
 			return true, true
@@ -107,7 +115,7 @@ func copyPackage(src, dst string, p Package) error {
 				return false, true // an ancestor: made by mkdirAll when needed
 			}
 		}
-		return false, false
+		return false, toCopyright
 	}
 	links := map[uint64]string{} // inode -> first copy, for hard links
 	err := filepath.WalkDir(src, func(p string, e fs.DirEntry, err error) error {
