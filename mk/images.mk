@@ -9,8 +9,8 @@
 
 ##@ Images
 
-# Our images are tagged with the version the binaries report.
-IMAGE_TAG ?= $(VERSION)
+# Our images are tagged with the version the binaries report, or TAG=.
+IMAGE_TAG ?= $(or $(TAG),$(VERSION))
 IMAGE_REVISION = $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 # The mtime of every file and the images' created time: the commit time,
 # so that a rebuild of the same commit gives the same digests.
@@ -84,8 +84,23 @@ images: images-binaries $(IMAGEBUILD) $(BIN)/pause $(SIDECAR_BINS) ## Build ever
 # binary starts and reports its version, no zfs or lvm in the agent), and
 # every image built a second time, which must give the digests of the
 # first.
+# make push REGISTRY=registry.example:5000/pillar-csi [TAG=1.2.3] [INSECURE=1]
+# pushes every image of the chart (ours and the sidecars) under its tag,
+# reads each back by digest, and writes PUSH_VALUES: the chart's values
+# that name each image by repository, tag and digest. Credentials come from
+# the Docker config (~/.docker/config.json), as for docker and crane.
+PUSH_VALUES ?= $(BIN)/push-values.yaml
+ifneq ($(filter push,$(MAKECMDGOALS)),)
+ifeq ($(REGISTRY),)
+$(error make push needs REGISTRY=host[:port]/path, e.g. REGISTRY=registry.example:5000/pillar-csi)
+endif
+endif
+.PHONY: push
+push: images $(IMAGEBUILD) ## Push the chart's images to REGISTRY=host[:port]/path by digest and write bin/push-values.yaml for helm install -f (TAG=, INSECURE=1 for plain HTTP)
+	$(IMAGEBUILD) push -images $(IMAGES_DIR) -registry $(REGISTRY) $(if $(INSECURE),-insecure) -values $(PUSH_VALUES)
+
 .PHONY: images-check
-images-check: images ## Prove the images: chroot into each root filesystem and run every tool, rebuild each image and compare digests (needs root)
+images-check: images $(BIN)/helm ## Prove the images: chroot into each root filesystem and run every tool, rebuild each image and compare digests (needs root)
 	cd $(TOOLS_DIR) && GOWORK=off go test -count=1 ./imagebuild/ ./pause/
 	@$(foreach i,$(ALL_IMAGES),$(IMAGEBUILD) check -def deploy/images/$i -rootfs $(IMAGES_DIR)/$i.rootfs &&) true
 	@rm -rf $(IMAGES_DIR)/.rebuild

@@ -1,6 +1,8 @@
 package chart
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -127,6 +129,25 @@ func matrix() []matrixCase {
 				}
 			}
 		}},
+		{name: "images by digest", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
+			"controller": map[string]any{
+				"image":       map[string]any{"repository": "registry.example:5000/pc", "tag": "v9", "digest": testDigest("pc")},
+				"provisioner": map[string]any{"image": map[string]any{"repository": "registry.example:5000/prov", "digest": testDigest("prov")}},
+				"attacher":    map[string]any{"image": map[string]any{"repository": "registry.example:5000/att", "digest": testDigest("att")}},
+				"resizer":     map[string]any{"image": map[string]any{"repository": "registry.example:5000/res", "digest": testDigest("res")}},
+			},
+			"agent": map[string]any{"image": map[string]any{"repository": "registry.example:5000/pa", "digest": testDigest("pa")}},
+			"node":  map[string]any{"image": map[string]any{"repository": "registry.example:5000/pn", "digest": testDigest("pn")}},
+		}}, check: func(t *testing.T, r *rendered) {
+			// A digest wins over any tag: what was pushed is what runs.
+			n := names("pillar-csi")
+			checkCommon(t, r, n, images{
+				controller: "registry.example:5000/pc@" + testDigest("pc"), agent: "registry.example:5000/pa@" + testDigest("pa"),
+				node: "registry.example:5000/pn@" + testDigest("pn"), provisioner: "registry.example:5000/prov@" + testDigest("prov"),
+				attacher: "registry.example:5000/att@" + testDigest("att"), resizer: "registry.example:5000/res@" + testDigest("res"),
+				pullPolicy: corev1.PullIfNotPresent,
+			}, "/var/lib/kubelet")
+		}},
 		{name: "storage nodes, no agent, no PDB", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
 			"agent":        map[string]any{"enabled": false},
 			"controller":   map[string]any{"podDisruptionBudget": map[string]any{"enabled": false}},
@@ -158,6 +179,12 @@ type objectNames struct{ fullname, controller, agent, node string }
 
 func names(fullname string) objectNames {
 	return objectNames{fullname, fullname + "-controller", fullname + "-agent", fullname + "-node"}
+}
+
+// testDigest is a well-formed digest that names s.
+func testDigest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 type images struct {

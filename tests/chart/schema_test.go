@@ -40,6 +40,8 @@ func TestWrongValuesRefused(t *testing.T) {
 		{"storage node without node or address", map[string]any{"storageNodes": []any{map[string]any{"name": "s1", "port": 9420}}}, []string{"storageNodes"}},
 		{"storage node with unknown key", map[string]any{"storageNodes": []any{map[string]any{"name": "s1", "nodeName": "s1", "adress": "192.0.2.1"}}}, []string{"adress"}},
 		{"secret mode without Secrets", map[string]any{"tls": map[string]any{"mode": "secret"}}, []string{"agentSecretName"}},
+		{"digest that is not sha256", map[string]any{"node": map[string]any{"image": map[string]any{"digest": "v0.1.0"}}}, []string{"digest"}},
+		{"digest with upper-case hex", map[string]any{"agent": map[string]any{"image": map[string]any{"digest": "sha256:" + strings.Repeat("A", 64)}}}, []string{"digest"}},
 		{"cert-manager mode without any name", map[string]any{"tls": map[string]any{"mode": "certManager"}}, []string{"storageNodes"}},
 	}
 	for _, c := range cases {

@@ -28,7 +28,7 @@ func (l labelFlags) Set(s string) error {
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: imagebuild build|check|pins [flags] (see the package documentation)")
+		fmt.Fprintln(os.Stderr, "usage: imagebuild build|check|pins|push [flags] (see the package documentation)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -41,8 +41,10 @@ func main() {
 		err = runCheck(ctx, os.Args[2:])
 	case "pins":
 		err = runPins(ctx, os.Args[2:])
+	case "push":
+		err = runPush(ctx, os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want build, check or pins", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want build, check, pins or push", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "imagebuild:", err)

@@ -28,11 +28,16 @@ app.kubernetes.io/instance: {{ (index . 0).Release.Name }}
 app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
-{{/* Image reference: pass (list $ .Values.x.image). */}}
+{{/* Image reference: pass (list $ .Values.x.image). With a digest the
+image is pulled by it: what was pushed, whatever the tag says now. */}}
 {{- define "pillar-csi.image" -}}
 {{- $root := index . 0 -}}
 {{- $img := index . 1 -}}
+{{- if $img.digest -}}
+{{- printf "%s@%s" $img.repository $img.digest -}}
+{{- else -}}
 {{- printf "%s:%s" $img.repository (default $root.Chart.AppVersion $img.tag) -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "pillar-csi.controllerName" -}}
