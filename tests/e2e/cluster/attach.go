@@ -32,6 +32,8 @@ type AttachState struct {
 	// BusyboxApplets spares each attaching binary asking the host
 	// busybox again (seconds under TCG); Import* build images from them.
 	BusyboxApplets []string `json:"busyboxApplets"`
+	Registry       string   `json:"registry,omitempty"`
+	RegistryCA     string   `json:"registryCA,omitempty"`
 }
 
 // AttachState returns the state Attach rebuilds the cluster from.
@@ -42,6 +44,7 @@ func (c *Cluster) AttachState() AttachState {
 		BinDir:     c.opts.BinDir, ImageDir: c.opts.ImageDir, StateDir: c.opts.StateDir,
 		PauseImage: c.PauseImage, Images: slices.Clone(c.Images),
 		BusyboxApplets: slices.Clone(c.busyboxApplets),
+		Registry:       c.Registry, RegistryCA: c.RegistryCA,
 	}
 }
 
@@ -103,6 +106,7 @@ func Attach(path string, log io.Writer) (*Cluster, error) {
 		opts:     Options{BinDir: s.BinDir, ImageDir: s.ImageDir, StateDir: s.StateDir, NodeName: s.NodeName, PeerName: s.PeerName, Log: log},
 		NodeName: s.NodeName, NodeIP: s.NodeIP, PeerName: s.PeerName, PeerIP: s.PeerIP,
 		Kubeconfig: s.Kubeconfig, PauseImage: s.PauseImage, Images: s.Images,
+		Registry: s.Registry, RegistryCA: s.RegistryCA,
 		busyboxApplets: s.BusyboxApplets,
 		attached:       true,
 	}

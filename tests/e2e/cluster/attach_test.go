@@ -22,7 +22,8 @@ func TestAttachStateRoundTrip(t *testing.T) {
 		NodeIP:     "10.77.0.2",
 		Kubeconfig: kc,
 		PauseImage: "registry.k8s.io/pause:3.10",
-		Images:     []string{"a:1", "b:2"},
+		Registry:   "10.0.0.1:5000", RegistryCA: "/s/pki/ca.crt",
+		Images: []string{"a:1", "b:2"},
 
 		busyboxApplets: []string{"sh", "nc"},
 	}
@@ -80,5 +81,6 @@ func TestAttachRejects(t *testing.T) {
 func equalState(a, b AttachState) bool {
 	return a.NodeName == b.NodeName && a.NodeIP == b.NodeIP && a.PeerName == b.PeerName && a.PeerIP == b.PeerIP &&
 		a.Kubeconfig == b.Kubeconfig && a.BinDir == b.BinDir && a.ImageDir == b.ImageDir && a.StateDir == b.StateDir &&
-		a.PauseImage == b.PauseImage && slices.Equal(a.Images, b.Images) && slices.Equal(a.BusyboxApplets, b.BusyboxApplets)
+		a.PauseImage == b.PauseImage && slices.Equal(a.Images, b.Images) && slices.Equal(a.BusyboxApplets, b.BusyboxApplets) &&
+		a.Registry == b.Registry && a.RegistryCA == b.RegistryCA
 }

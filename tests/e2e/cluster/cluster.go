@@ -76,6 +76,10 @@ type Cluster struct {
 	// PauseImage is the sandbox image; Images every reference imported.
 	PauseImage string
 	Images     []string
+	// Registry is the lab registry's host:port (see registry.go), and
+	// RegistryCA the CA file that proves it; empty in a two-guest run,
+	// whose nodes import the images instead.
+	Registry, RegistryCA string
 	// Timeline has a Mark per step of Start.
 	Timeline []Mark
 
@@ -213,6 +217,12 @@ func (c *Cluster) startAll(ctx context.Context) error {
 		return err
 	}
 	c.mark("certificates written")
+	if c.PeerName == "" {
+		if err := c.startRegistry(ctx); err != nil {
+			return err
+		}
+		c.mark("registry up at " + c.Registry)
+	}
 	if err := c.startContainerd(ctx); err != nil {
 		return err
 	}
@@ -337,7 +347,15 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("images: %w", err)
 	}
-	if len(c.opts.Images) > 0 {
+	if c.Registry != "" {
+		// The chart's images come from the registry; only the sandbox
+		// image, which containerd needs before any pull, is imported.
+		var keep []string
+		if p := filepath.Join(c.opts.ImageDir, "pause.tar"); slices.Contains(tars, p) {
+			keep = append(keep, p)
+		}
+		tars = keep
+	} else if len(c.opts.Images) > 0 {
 		var keep []string
 		for _, name := range append(slices.Clone(c.opts.Images), "pause") {
 			if name == "pause" && slices.Contains(keep, filepath.Join(c.opts.ImageDir, "pause.tar")) {
@@ -394,7 +412,11 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		return err
 	}
 	cfg := c.dir("containerd.toml")
-	if err := os.WriteFile(cfg, []byte(containerdConfig(c.PauseImage, cniDir)), 0o644); err != nil {
+	certsDir := ""
+	if c.Registry != "" {
+		certsDir = c.registryCertsDir()
+	}
+	if err := os.WriteFile(cfg, []byte(containerdConfig(c.PauseImage, cniDir, certsDir)), 0o644); err != nil {
 		return err
 	}
 	if _, err := c.startDaemon("containerd", "containerd", "--config", cfg); err != nil {

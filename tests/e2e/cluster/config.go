@@ -11,7 +11,17 @@ import (
 // (the guest kernel has no profiles loaded) and Debian's CNI plugins.
 // The snapshotters and runtimes the guest cannot use are disabled so that
 // their failures do not bury real errors in the log.
-func containerdConfig(sandboxImage, cniConfDir string) string {
+//
+// registryConfigPath, if not empty, is where containerd finds a hosts.toml
+// per registry host (the lab registry's, with its CA), as a user
+// configures a private registry.
+func containerdConfig(sandboxImage, cniConfDir, registryConfigPath string) string {
+	registry := ""
+	if registryConfigPath != "" {
+		registry = fmt.Sprintf(`  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %q
+`, registryConfigPath)
+	}
 	return fmt.Sprintf(`version = 2
 root = "/var/lib/containerd"
 state = "/run/containerd"
@@ -34,7 +44,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = %q
-`, sandboxImage, cniConfDir)
+%s`, sandboxImage, cniConfDir, registry)
 }
 
 // cniConfig is a bridge network with host-local addresses from PodCIDR;

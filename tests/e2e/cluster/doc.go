@@ -8,10 +8,16 @@
 // kubelet and kube-proxy (all from bin/, built by make cluster-tools from
 // the tools module's pinned k8s.io/kubernetes), containerd, runc and the
 // CNI plugins from Debian (installed on the host by the lab's provisioning;
-// the guest runs the host's userland over 9p). Images come from
-// bin/images/*.tar (make images) and are imported with
-// `ctr -n k8s.io images import`; there is no registry, so pods use
-// imagePullPolicy: Never.
+// the guest runs the host's userland over 9p). The chart's images come
+// through a private registry, as on a user's cluster: a one-guest cluster
+// runs the CNCF distribution registry (bin/registry) over HTTPS on the
+// node's address, containerd trusts it through a hosts.toml that names
+// the cluster's CA, and the install pushes the images there (make push)
+// for the kubelet to pull; only the sandbox image is imported with `ctr
+// -n k8s.io images import` (see registry.go). A two-guest run imports
+// every image from bin/images/*.tar (make images) into both guests
+// instead, and the chart runs them with imagePullPolicy: Never; so do
+// the harness's own busybox and agnhost images in every run.
 //
 // # What the guest needs that the plain lab does not give
 //

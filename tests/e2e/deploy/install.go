@@ -44,24 +44,31 @@ func imageRef(root, name string) (repo, tag string, err error) {
 }
 
 // labValues are the chart values the lab adds to the quickstart's, and
-// only those: the images make images built (no registry: pullPolicy
-// Never), leader-election deadlines long enough for an API server under
-// emulation, and tolerations that let the controller's pods stand for a
-// controller on another node when a test loses the one worker.
-// Everything else is the quickstart's or the chart's default, which is
-// what the install proves.
-func labValues(root string) (string, error) {
-	img := map[string]string{}
-	for _, n := range []string{"pillar-controller", "pillar-agent", "pillar-node", "csi-provisioner", "csi-attacher", "csi-resizer"} {
-		repo, tag, err := imageRef(root, n)
-		if err != nil {
-			return "", err
+// only those: leader-election deadlines long enough for an API server
+// under emulation, tolerations that let the controller's pods stand for a
+// controller on another node when a test loses the one worker, and, in a
+// cluster without the lab registry (two guests), the images make images
+// built, imported into the guests (pullPolicy Never). Everything else is
+// the quickstart's or the chart's default, which is what the install
+// proves.
+func labValues(root string, imported bool) (string, error) {
+	var controllerImages, agentImage, nodeImage string
+	if imported {
+		img := map[string]string{}
+		for _, n := range []string{"pillar-controller", "pillar-agent", "pillar-node", "csi-provisioner", "csi-attacher", "csi-resizer"} {
+			repo, tag, err := imageRef(root, n)
+			if err != nil {
+				return "", err
+			}
+			img[n] = fmt.Sprintf("{repository: %s, tag: %q, pullPolicy: Never}", repo, tag)
 		}
-		img[n] = fmt.Sprintf("{repository: %s, tag: %q, pullPolicy: Never}", repo, tag)
+		controllerImages = fmt.Sprintf("  image: %s\n  provisioner: {image: %s}\n  attacher: {image: %s}\n  resizer: {image: %s}\n",
+			img["pillar-controller"], img["csi-provisioner"], img["csi-attacher"], img["csi-resizer"])
+		agentImage = fmt.Sprintf("agent:\n  image: %s\n", img["pillar-agent"])
+		nodeImage = fmt.Sprintf("node:\n  image: %s\n", img["pillar-node"])
 	}
-	return fmt.Sprintf(`controller:
-  image: %s
-  # The lab's TCG guest answers API requests in seconds when it is busy;
+	return `controller:
+` + controllerImages + `  # The lab's TCG guest answers API requests in seconds when it is busy;
   # with the chart's 10 s renew deadline the leaders lost their Leases,
   # exited and restarted in a loop.
   leaderElection: {leaseDuration: 60s, renewDeadline: 45s, retryPeriod: 10s}
@@ -73,29 +80,47 @@ func labValues(root string) (string, error) {
   tolerations:
   - {key: node.kubernetes.io/out-of-service, operator: Exists, effect: NoExecute}
   - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute}
-  provisioner: {image: %s}
-  attacher: {image: %s}
-  resizer: {image: %s}
-agent:
-  image: %s
-node:
-  image: %s
-`, img["pillar-controller"], img["csi-provisioner"], img["csi-attacher"], img["csi-resizer"],
-		img["pillar-agent"], img["pillar-node"]), nil
+` + agentImage + nodeImage, nil
 }
 
+// The quickstart's push and install commands, which the lab changes.
+const (
+	quickstartPush    = "make push REGISTRY=registry.example:5000/pillar-csi"
+	quickstartInstall = "helm install pillar-csi deploy/charts/pillar-csi -f bin/push-values.yaml"
+	// pushValues is the values file make push writes, relative to the
+	// repository.
+	pushValues = "bin/push-values.yaml"
+)
+
 // installReplacements are the changes the lab makes to the quickstart's
-// install: its storage node's name, and the values files (labValues',
-// then any a run adds).
-func installReplacements(node string, valuesFiles ...string) []string {
+// install: its storage node's name; the push, which runs the push tool
+// of make push against the lab registry with its CA (make would rebuild
+// the images in the guest; the host built them), or, without a registry,
+// nothing, since the images were imported; and the values files
+// (labValues', then any a run adds).
+func installReplacements(node string, c registryInfo, valuesFiles ...string) []string {
 	install := "helm install pillar-csi deploy/charts/pillar-csi"
 	for _, f := range valuesFiles {
 		install += " -f " + f
 	}
+	push := ": the lab imported the images into the guests"
+	if c.repository != "" {
+		push = fmt.Sprintf("SSL_CERT_FILE=%s bin/imagebuild push -images bin/images -registry %s -values %s", c.ca, c.repository, pushValues)
+		install += " -f " + pushValues
+	}
 	return []string{
 		"NODE=storage-node-1", "NODE=" + node,
-		"helm install pillar-csi deploy/charts/pillar-csi", install,
+		quickstartPush, push,
+		quickstartInstall, install,
 	}
+}
+
+// registryInfo is where the install pushes: the lab registry's repository
+// and the CA that proves it; empty without a registry.
+type registryInfo struct{ repository, ca string }
+
+func registryOf(c *cluster.Cluster) registryInfo {
+	return registryInfo{repository: c.RegistryRepository(), ca: c.RegistryCA}
 }
 
 // StorageNode is the name of the cluster's storage node: the peer's in a
@@ -127,7 +152,8 @@ func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer
 			return fmt.Errorf("cordon the storage node: %w", err)
 		}
 	}
-	values, err := labValues(root)
+	reg := registryOf(c)
+	values, err := labValues(root, reg.repository == "")
 	if err != nil {
 		return err
 	}
@@ -143,7 +169,7 @@ func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer
 		}
 		fmt.Fprintf(log, "%s:\n%s", f, b)
 	}
-	script, err := QuickstartScript(root, QuickstartInstall, installReplacements(node, append([]string{vf}, extraValues...)...)...)
+	script, err := QuickstartScript(root, QuickstartInstall, installReplacements(node, reg, append([]string{vf}, extraValues...)...)...)
 	if err != nil {
 		return err
 	}
@@ -156,6 +182,15 @@ func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer
 	step("the README's quickstart install")
 	Show(ctx, c, log, "get", "pods", "-n", Namespace, "-o", "wide")
 	Restarts(ctx, c, log)
+	if reg.repository != "" {
+		// Every image the chart runs came from the registry the install
+		// pushed to: nothing of it was imported.
+		seen, err := c.ImagesFromRegistry(ctx, Namespace)
+		if err != nil {
+			return fmt.Errorf("the README's quickstart install: %w", err)
+		}
+		fmt.Fprintf(log, "every container's image was pulled from %s (container, imageID):\n  %s\n", c.Registry, strings.Join(seen, "\n  "))
+	}
 	Show(ctx, c, log, "describe", "pillarstore", "zfs-tank")
 	return nil
 }

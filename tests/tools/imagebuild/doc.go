@@ -52,10 +52,15 @@
 //	imagebuild build -def deploy/images/pillar-node -out bin/images [-tag T] [-label k=v]...
 //	imagebuild check -def deploy/images/pillar-node -rootfs bin/images/pillar-node.rootfs
 //	imagebuild pins [-update] deploy/images/*/image.yaml
+//	imagebuild push -images bin/images -registry host[:port]/path [-insecure] [-values FILE] [NAME...]
 //
 // build downloads missing packages with `apt-get download name=version` into
 // the cache (-cache, default /var/cache/pillar-csi/images) and writes
 // <name>.tar, <name>.oci/, <name>.rootfs/ and <name>.json (reference,
 // digest, size) under -out. pins compares every pin with the candidate
 // version `apt-cache policy` reports and, with -update, rewrites the pins.
+// push (make push) copies every image of the Helm chart from -images to
+// the registry under its tag, reads each back by digest, and writes a
+// values file that names each image by repository, tag and digest; it
+// refuses plain HTTP unless -insecure says so.
 package main
