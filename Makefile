@@ -89,7 +89,17 @@ $(BIN)/etcd: $(wildcard $(TOOLS_DIR)/etcd/*.go)
 # verify adds: neither needs kube-apiserver, so a change to one controller
 # rule is checked without the minutes its build takes.
 GEN_TOOLS    := $(addprefix $(BIN)/,controller-gen protoc-gen-go protoc-gen-go-grpc buf)
-VERIFY_TOOLS := $(GEN_TOOLS) $(BIN)/staticcheck
+VERIFY_TOOLS := $(GEN_TOOLS) $(BIN)/staticcheck $(BIN)/actionlint
+
+# actionlint checks the forge's workflows (.github/workflows); a module of
+# its own (tests/tools/actionlint), so that its build list is upstream's.
+ACTIONLINT_MOD := $(TOOLS_DIR)/actionlint
+actionlint-version = $(shell awk '$$1 == "require" && $$2 == "github.com/rhysd/actionlint" { print $$3; exit }' $(ACTIONLINT_MOD)/go.mod)
+$(BIN)/actionlint: $(ACTIONLINT_MOD)/go.mod $(ACTIONLINT_MOD)/go.sum
+	@echo ">> building actionlint $(actionlint-version)"
+	$(TOOLCACHE) $@ $^ -- env -C $(ACTIONLINT_MOD) GOWORK=off CGO_ENABLED=0 go build -trimpath \
+		-ldflags '-s -w -X github.com/rhysd/actionlint.version=$(actionlint-version)' \
+		-o $@ github.com/rhysd/actionlint/cmd/actionlint
 
 .PHONY: verify-tools
 verify-tools: $(VERIFY_TOOLS)

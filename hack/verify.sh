@@ -11,6 +11,7 @@ source "$(dirname "$0")/lib.sh"
 modules=("$@")
 [ ${#modules[@]} -gt 0 ] || modules=("${PILLAR_MODULES[@]}")
 need_tool staticcheck
+need_tool actionlint
 
 failed=()
 fail() {
@@ -55,6 +56,10 @@ done
 # vetting its own code prove.
 step "tests/tools: vet"
 (cd tests/tools && GOWORK=off go vet ./...) || fail "tests/tools: go vet"
+
+step "workflows: actionlint"
+(shopt -s nullglob; files=(.github/workflows/*.yml .github/workflows/*.yaml); [ ${#files[@]} -eq 0 ] || actionlint "${files[@]}") ||
+	fail "workflows: actionlint"
 
 step "generated files"
 # Regenerate into a copy of the tree and compare, so the check neither
