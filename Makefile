@@ -293,6 +293,14 @@ build: ## Build pillar-controller, pillar-agent and pillar-node (those that exis
 
 ##@ Release
 
+# make release VERSION=x.y.z prints the release of what a user installs
+# (images, chart, CHANGELOG.md, with REGISTRY= the push of images and
+# chart) and checks that the chart packages with that version; DO=1
+# performs it (hack/release.sh).
+.PHONY: release
+release: $(BIN)/helm ## Print the release of VERSION=x.y.z (images, chart, CHANGELOG; REGISTRY= pushes them); DO=1 performs it
+	DO='$(DO)' hack/release.sh '$(VERSION)' '$(REGISTRY)'
+
 .PHONY: release-plan
 release-plan: $(BIN)/apidiff ## Print the release plan for one module: make release-plan MODULE=configfs
 	hack/release-plan.sh $(MODULE)
