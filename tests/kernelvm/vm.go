@@ -113,8 +113,9 @@ type BootOptions struct {
 	// HostNet gives the guest a second way out besides 9p: a virtio NIC
 	// on QEMU's user-mode network, through which it reaches the host's
 	// loopback at HostAddr (the script brings it up with HostNetScript).
-	// Nothing else is reachable through it: the machines that run the
-	// lab have no route out but to package proxies.
+	// QEMU translates the guest's connections into its own, so the guest
+	// reaches whatever the host reaches; only the lab's own tests run
+	// there.
 	HostNet bool
 
 	// Share, if set, is a host directory the guest can mount with 9p tag
