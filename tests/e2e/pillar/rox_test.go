@@ -27,16 +27,16 @@ if touch /data/written-by-a-reader 2>/dev/null; then echo "write=allowed"; else 
 while :; do sleep 3600; done`
 )
 
-// TestReadOnlyMany shares a volume read-only as the README's "Sharing a
-// volume read-only" says: a pod writes a ReadWriteOnce claim; its PV is
-// kept (reclaimPolicy Retain) when the claim goes; a ReadOnlyMany PV of
-// the same volume handle is bound to a new claim, and two pods read it at
-// the same time, in a two-guest run one on each node. Both read what the
-// writer wrote, neither can write, the PillarVolumeState records one
-// ReadOnlyMany publication per node, and the storage node's access list
-// holds each reader's host NQN. Once the readers are gone and the
-// original PV's policy is Delete again, everything the driver made is
-// gone.
+// TestReadOnlyMany shares a volume read-only as docs/install.md's
+// "Sharing a volume read-only" says: a pod writes a ReadWriteOnce claim;
+// its PV is kept (reclaimPolicy Retain) when the claim goes; a
+// ReadOnlyMany PV of the same volume handle is bound to a new claim, and
+// two pods read it at the same time, in a two-guest run one on each
+// node. Both read what the writer wrote, neither can write, the
+// PillarVolumeState records one ReadOnlyMany publication per node, and
+// the storage node's access list holds each reader's host NQN. Once the
+// readers are gone and the original PV's policy is Delete again,
+// everything the driver made is gone.
 func TestReadOnlyMany(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
@@ -164,7 +164,7 @@ func attachmentsGone(t *testing.T, c *cluster.Cluster, pv string) {
 // readOnlyPV renders, from the JSON of a provisioned PV, a PV named name
 // of the same CSI volume with access mode ReadOnlyMany, reclaimPolicy
 // Retain, no StorageClass, bound in advance to the claim ns/claim: what
-// the README has an operator write by hand.
+// docs/install.md has an operator write by hand.
 func readOnlyPV(t *testing.T, pvJSON, name, ns, claim string) string {
 	t.Helper()
 	var src struct {
