@@ -192,8 +192,9 @@
 // LIFECYCLE_REPLACED when the mark's active lifecycle U belongs to an
 // object that was deleted without its DeleteVolume reaching the agent
 // (typically a finalizer removed by hand, and the volume ID reused). The
-// FencingRefused event names both UIDs. First make sure the mark is the
-// stale side:
+// agent's "refused by fencing" log line names both UIDs (the presented
+// token's and the mark's; "pillar-agent marks show VOLUME" prints the
+// mark too). First make sure the mark is the stale side:
 //
 //	kubectl get pillarvolumestate VOLUME -o jsonpath='{.metadata.uid}'
 //

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -94,9 +95,11 @@ func tokenOf(pt *agentv1.FencingToken) fencing.Token {
 
 // fenceError reports an error of the fencing store's admission. A refusal
 // becomes FAILED_PRECONDITION carrying both the api's FencingRejection
-// (with the volume's current mark, for the operator) and the fencing
-// module's ErrorInfo, so either kind of client can tell it from other
-// failed preconditions.
+// and the fencing module's ErrorInfo, so either kind of client can tell
+// it from other failed preconditions. The caller learns the reason and
+// its own token, never the volume's mark: a mark's lifecycle UID and
+// generation are what a forged token would need, so they stay in this
+// log, for the operator on the storage node (and `pillar-agent marks`).
 func (s *Server) fenceError(ctx context.Context, op, id string, pt *agentv1.FencingToken, err error) error {
 	if !fencing.IsRejected(err) {
 		s.log.Error("fencing store failed", "op", op, "volume_id", id, "error", err)
@@ -107,20 +110,32 @@ func (s *Server) fenceError(ctx context.Context, op, id string, pt *agentv1.Fenc
 	if pt != nil {
 		rej.Presented = &agentv1.FencingToken{LifecycleUid: pt.GetLifecycleUid(), PublicationGeneration: pt.GetPublicationGeneration()}
 	}
+	var mark *agentv1.FencingToken
 	if reason != fencing.ReasonMarkUnreadable {
-		// Reading the mark again is only for the report: it may have
-		// moved on since the decision, which is still the newer truth.
+		// Reading the mark again is only for the log: it may have moved
+		// on since the decision, which is still the newer truth.
 		if m, gerr := s.marks.Get(ctx, id); gerr == nil && m != nil {
-			rej.Mark = &agentv1.FencingToken{LifecycleUid: m.UID, PublicationGeneration: m.Generation}
+			mark = &agentv1.FencingToken{LifecycleUid: m.UID, PublicationGeneration: m.Generation}
 		}
 	}
 	s.log.Warn("refused by fencing", "op", op, "volume_id", id, "reason", reason.String(),
-		"token", tokenOf(pt).String(), slog.Any("mark", rej.GetMark()), "error", err)
-	st, _ := status.FromError(grpcstatus.Error(err))
+		"token", tokenOf(pt).String(), slog.Any("mark", mark), "error", err)
+	st, _ := status.FromError(grpcstatus.Error(withoutDetail(err)))
 	if withRej, derr := st.WithDetails(rej); derr == nil {
 		st = withRej
 	}
 	return st.Err()
+}
+
+// withoutDetail is a refusal as the caller may see it: the operation, the
+// volume and the reason. The decision's detail (which names the mark) and
+// the mark file's path stay on the storage node.
+func withoutDetail(err error) error {
+	var fe *fencing.Error
+	if !errors.As(err, &fe) {
+		return err
+	}
+	return &fencing.Error{Op: fe.Op, VolumeID: fe.VolumeID, Reason: fe.Reason}
 }
 
 func rejectionReason(r fencing.Reason) agentv1.FencingRejection_Reason {

@@ -19,7 +19,7 @@ func TestAgentError(t *testing.T) {
 		code codes.Code
 		says string
 	}{
-		{fenced, codes.FailedPrecondition, "REASON_STALE_GENERATION: presented generation 3 of lifecycle u1, the agent's mark is at 5"},
+		{fenced, codes.FailedPrecondition, "refused by the agent's fencing (REASON_STALE_GENERATION)"},
 		{status.Error(codes.FailedPrecondition, "pool tank does not exist"), codes.FailedPrecondition, "pool tank does not exist"},
 		{status.Error(codes.Unavailable, "connection refused"), codes.Unavailable, "connection refused"},
 		{status.Error(codes.DeadlineExceeded, "slow"), codes.DeadlineExceeded, "slow"},
@@ -34,6 +34,11 @@ func TestAgentError(t *testing.T) {
 		err := mapAgentError("v", "CreateVolume", c.in)
 		if status.Code(err) != c.code || !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "volume v: CreateVolume") && c.in != fenced {
 			t.Errorf("mapAgentError(%v) = %v, want %s mentioning %q", c.in, err, c.code, c.says)
+		}
+		// What the claim's events show names no token: not the mark an
+		// older agent still sent, not the controller's own.
+		if c.in == fenced && (strings.Contains(err.Error(), "u1") || strings.ContainsAny(err.Error(), "35")) {
+			t.Errorf("mapAgentError(%v) = %v: it names a token", c.in, err)
 		}
 	}
 }

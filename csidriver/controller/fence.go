@@ -72,26 +72,30 @@ func (s *Service) retryingFrom(ctx context.Context, id string, first *v1alpha1.P
 	return errorf(codes.Aborted, id, "lost %d races for the PillarVolumeState in a row; retry", maxRaces)
 }
 
-// agentError maps an agent's error and counts fencing refusals.
+// agentError maps an agent's error and counts fencing refusals. A
+// refusal's tokens go to this log only: the event and the CSI error
+// reach the claim, which a tenant reads.
 func (s *Service) agentError(v *v1alpha1.PillarVolumeState, what string, err error) error {
 	mapped := mapAgentError(v.Name, what, err)
 	if rej, ok := agentv1.FencingRejectionOf(err); ok {
 		s.cfg.Metrics.fencingRejected(rej.GetReason())
+		s.log.Warn("refused by the agent's fencing", "volume_id", v.Name, "call", what, "reason", rej.GetReason().String(),
+			"presented_uid", rej.GetPresented().GetLifecycleUid(), "presented_generation", rej.GetPresented().GetPublicationGeneration(),
+			"record_uid", string(v.UID))
 		s.event(v, corev1.EventTypeWarning, "FencingRefused", "%s", status.Convert(mapped).Message())
 	}
 	return mapped
 }
 
 // mapAgentError maps an agent's error to the CSI error of a call on volume
-// id. A fencing refusal is FAILED_PRECONDITION with its reason and both
-// tokens: it means another controller (or a later call) has moved the
+// id. A fencing refusal is FAILED_PRECONDITION with its reason, and no
+// token: it means another controller (or a later call) has moved the
 // volume on, and is never retried blindly.
 func mapAgentError(id, what string, err error) error {
 	if rej, ok := agentv1.FencingRejectionOf(err); ok {
-		return errorf(codes.FailedPrecondition, id, "%s refused by the agent's fencing (%s: presented generation %d of lifecycle %s, the agent's mark is at %d of %s); "+
-			"a newer operation or another controller has taken the volume over",
-			what, rej.GetReason(), rej.GetPresented().GetPublicationGeneration(), rej.GetPresented().GetLifecycleUid(),
-			rej.GetMark().GetPublicationGeneration(), rej.GetMark().GetLifecycleUid())
+		return errorf(codes.FailedPrecondition, id, "%s refused by the agent's fencing (%s); "+
+			"a newer operation or another controller has taken the volume over (pillar-controller's and the agent's logs name the tokens)",
+			what, rej.GetReason())
 	}
 	st := status.Convert(err)
 	code := st.Code()

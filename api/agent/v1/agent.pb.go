@@ -282,7 +282,11 @@ type FencingRejection struct {
 	VolumeId string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
 	// The token the request carried, if any.
 	Presented *FencingToken `protobuf:"bytes,3,opt,name=presented,proto3" json:"presented,omitempty"`
-	// The volume's durable mark when the request was refused, if any.
+	// Not set: agents no longer return the volume's durable mark to a
+	// refused caller, since its lifecycle UID and generation are what a
+	// forged token would need. The agent logs it with the refusal, and
+	// `pillar-agent marks` shows it on the storage node. Kept so that
+	// older clients still decode the message.
 	Mark          *FencingToken `protobuf:"bytes,4,opt,name=mark,proto3" json:"mark,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

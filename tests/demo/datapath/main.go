@@ -141,8 +141,8 @@ func (d *demo) run() error {
 	if !ok {
 		return fmt.Errorf("stale ExportVolume: got %v, want a fencing rejection", err)
 	}
-	fmt.Printf("refused: %s (presented generation %d, mark at %d)\n", rej.GetReason(),
-		rej.GetPresented().GetPublicationGeneration(), rej.GetMark().GetPublicationGeneration())
+	fmt.Printf("refused: %s (presented generation %d; the agent's log names the mark)\n", rej.GetReason(),
+		rej.GetPresented().GetPublicationGeneration())
 	le, err := d.agent.ListExports(ctx, &agentv1.ListExportsRequest{})
 	if err != nil {
 		return fmt.Errorf("ListExports: %w", err)

@@ -369,9 +369,11 @@ func TestKillDuringExport(t *testing.T) {
 		// 2 survived the kill, so generation 1 is now stale ...
 		ch2 := startChild(t, gen)
 		_, err = ch2.c.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: tok(uid, 1), VolumeId: id})
+		// (The refusal does not say the mark's generation: that stays in
+		// the agent's log.)
 		if rej, ok := agentv1.FencingRejectionOf(err); !ok || rej.GetReason() != agentv1.FencingRejection_REASON_STALE_GENERATION ||
-			rej.GetMark().GetPublicationGeneration() != 2 {
-			t.Errorf("after the restart, generation 1 = %v; want STALE_GENERATION against mark 2", err)
+			rej.GetMark() != nil {
+			t.Errorf("after the restart, generation 1 = %v; want STALE_GENERATION, without the mark", err)
 		}
 		// ... and the retried export converges.
 		r, err := ch2.c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tok(uid, 2), VolumeId: id, Store: s.store,
