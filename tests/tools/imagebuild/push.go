@@ -101,11 +101,13 @@ func push(ctx context.Context, o pushOptions, names []string) ([]pushed, error) 
 	}
 	ropts := []remote.Option{remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithTransport(tr)}
 	slices.Sort(names)
-	var out []pushed
 	for _, n := range names {
 		if _, ok := chartValues[n]; !ok {
 			return nil, fmt.Errorf("%s is not an image of the chart (want one of %s)", n, strings.Join(chartNames(), ", "))
 		}
+	}
+	var out []pushed
+	for _, n := range names {
 		p, err := pushOne(ctx, o, n, nameOpts, ropts)
 		if err != nil {
 			return nil, fmt.Errorf("push %s: %w", n, err)
