@@ -62,9 +62,12 @@ else
 fi
 await_phase build-cluster
 if phase_ok build-cluster && phase_ok build-kernel-lab && phase_ok lab-provision; then
-	run_phase e2e-ci 1800 m e2e-ci -o images -o cluster-tools -o "$B/e2e.test" -o pillar-lab
+	# 2100 s since the install pushes the chart's images to the lab
+	# registry and the kubelet pulls them (about 150 s more beside the
+	# kernel lab than importing them at the cluster's start).
+	run_phase e2e-ci 2100 m e2e-ci -o images -o cluster-tools -o "$B/e2e.test" -o pillar-lab
 else
-	skip_phase e2e-ci 1800 "what it needs did not build"
+	skip_phase e2e-ci 2100 "what it needs did not build"
 fi
 [ -z "${PHASE_PID[kernel-lab]:-}" ] || wait_phase kernel-lab
 wait_phase host
