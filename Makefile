@@ -41,7 +41,11 @@ pkg.staticcheck        := honnef.co/go/tools/cmd/staticcheck
 pkg.buf                := github.com/bufbuild/buf/cmd/buf
 pkg.apidiff            := golang.org/x/exp/cmd/apidiff
 
-K8S_VERSION = $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit } $$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3; exit }' $(TOOLS_DIR)/go.mod)
+# mod-version is the version a go.mod ($(1)) requires of module $(2), in
+# a require block or on a require line of its own.
+mod-version = $(shell awk '$$1 == "$(2)" { print $$2; exit } $$1 == "require" && $$2 == "$(2)" { print $$3; exit }' $(1))
+
+K8S_VERSION = $(call mod-version,$(TOOLS_DIR)/go.mod,k8s.io/kubernetes)
 # Without a stamped version, kube-apiserver reports v0.0.0-master and
 # clients (and envtest) cannot parse it.
 ldflags.kube-apiserver = -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
@@ -58,7 +62,7 @@ TOOL_BINS := $(addprefix $(BIN)/,$(TOOLS))
 # 1.24 serves /version from client-go's version package, so both are
 # stamped.
 FLOOR_DIR     := tests/tools/oldkube
-FLOOR_VERSION = $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3; exit }' $(FLOOR_DIR)/go.mod)
+FLOOR_VERSION = $(call mod-version,$(FLOOR_DIR)/go.mod,k8s.io/kubernetes)
 FLOOR_APISERVER := $(BIN)/kube-apiserver-floor
 version-ldflags = $(foreach p,k8s.io/component-base/version k8s.io/client-go/pkg/version,-X $(p).gitVersion=$(1) \
 	-X $(p).gitMajor=$(word 2,$(subst ., ,$(1:v%=x.%))) -X $(p).gitMinor=$(word 3,$(subst ., ,$(1:v%=x.%))) \
@@ -91,15 +95,20 @@ $(BIN)/etcd: $(wildcard $(TOOLS_DIR)/etcd/*.go)
 GEN_TOOLS    := $(addprefix $(BIN)/,controller-gen protoc-gen-go protoc-gen-go-grpc buf)
 VERIFY_TOOLS := $(GEN_TOOLS) $(BIN)/staticcheck $(BIN)/actionlint
 
-# actionlint checks the forge's workflows (.github/workflows); a module of
-# its own (tests/tools/actionlint), so that its build list is upstream's.
-ACTIONLINT_MOD := $(TOOLS_DIR)/actionlint
-actionlint-version = $(shell awk '$$1 == "require" && $$2 == "github.com/rhysd/actionlint" { print $$3; exit }' $(ACTIONLINT_MOD)/go.mod)
-$(BIN)/actionlint: $(ACTIONLINT_MOD)/go.mod $(ACTIONLINT_MOD)/go.sum
-	@echo ">> building actionlint $(actionlint-version)"
-	$(TOOLCACHE) $@ $^ -- env -C $(ACTIONLINT_MOD) GOWORK=off CGO_ENABLED=0 go build -trimpath \
-		-ldflags '-s -w -X github.com/rhysd/actionlint.version=$(actionlint-version)' \
-		-o $@ github.com/rhysd/actionlint/cmd/actionlint
+# A tool pinned by a module of its own under $(TOOLS_DIR) (its build list
+# is upstream's and does not move the tools module's), built static
+# through the tool cache and stamped with the version the module requires:
+# $(call own-module-tool,NAME,DIR,MODULE,PACKAGE,VERSION_VAR).
+define own-module-tool
+$(BIN)/$(1): $(TOOLS_DIR)/$(2)/go.mod $(TOOLS_DIR)/$(2)/go.sum
+	@echo ">> building $(1) $$(call mod-version,$(TOOLS_DIR)/$(2)/go.mod,$(3))"
+	$$(TOOLCACHE) $$@ $$^ -- env -C $(TOOLS_DIR)/$(2) GOWORK=off CGO_ENABLED=0 go build -trimpath \
+		-ldflags '-s -w -X $(5)=$$(call mod-version,$(TOOLS_DIR)/$(2)/go.mod,$(3))' \
+		-o $$@ $(4)
+endef
+
+# actionlint checks the forge's workflows (.github/workflows).
+$(eval $(call own-module-tool,actionlint,actionlint,github.com/rhysd/actionlint,github.com/rhysd/actionlint/cmd/actionlint,github.com/rhysd/actionlint.version))
 
 .PHONY: verify-tools
 verify-tools: $(VERIFY_TOOLS)

@@ -25,16 +25,8 @@ CLUSTER_BINS := $(addprefix $(BIN)/,$(CLUSTER_TOOLS))
 cluster-tools: $(CLUSTER_BINS) $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm $(BIN)/registry $(IMAGEBUILD) ## Build the lab cluster's Kubernetes binaries (kubelet, controller-manager, scheduler, proxy, kubectl), its registry and the push tool into bin/
 
 # The lab cluster's private registry: the CNCF distribution registry, from
-# the Go module proxy at the version tests/tools/registry/go.mod pins (a
-# module of its own, so that its build list is upstream's), stamped like
-# upstream's release.
-REGISTRY_MOD := $(TOOLS_DIR)/registry
-registry-version = $(shell awk '$$1 == "github.com/distribution/distribution/v3" { print $$2; exit } $$1 == "require" && $$2 == "github.com/distribution/distribution/v3" { print $$3; exit }' $(REGISTRY_MOD)/go.mod)
-$(BIN)/registry: $(REGISTRY_MOD)/go.mod $(REGISTRY_MOD)/go.sum
-	@echo ">> building registry $(registry-version)"
-	$(TOOLCACHE) $@ $^ -- env -C $(REGISTRY_MOD) GOWORK=off CGO_ENABLED=0 go build -trimpath \
-		-ldflags '-s -w -X github.com/distribution/distribution/v3/version.version=$(registry-version)' \
-		-o $@ github.com/distribution/distribution/v3/cmd/registry
+# the Go module proxy at the version tests/tools/registry/go.mod pins.
+$(eval $(call own-module-tool,registry,registry,github.com/distribution/distribution/v3,github.com/distribution/distribution/v3/cmd/registry,github.com/distribution/distribution/v3/version.version))
 
 # As for the other tools: rebuilt only when the tools module changes.
 $(CLUSTER_BINS): $(BIN)/%: $(TOOLS_MOD)

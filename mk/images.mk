@@ -52,7 +52,7 @@ SIDECARS_DIR := $(TOOLS_DIR)/sidecars
 sidecar.csi-provisioner := provisioner github.com/kubernetes-csi/external-provisioner/v6
 sidecar.csi-attacher    := attacher github.com/kubernetes-csi/external-attacher/v4
 sidecar.csi-resizer     := resizer github.com/kubernetes-csi/external-resizer/v2
-sidecar-version = $(shell awk '$$1 == "$(2)" { print $$2; exit } $$1 == "require" && $$2 == "$(2)" { print $$3; exit }' $(SIDECARS_DIR)/$(1)/go.mod)
+sidecar-version = $(call mod-version,$(SIDECARS_DIR)/$(1)/go.mod,$(2))
 SIDECAR_BINS := $(addprefix $(BIN)/sidecars/,$(SIDECAR_IMAGES))
 
 define sidecar-rule

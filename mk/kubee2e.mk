@@ -8,7 +8,7 @@
 
 KUBEE2E_DIR := $(TOOLS_DIR)/kubee2e
 KUBEE2E_SRC := $(KUBEE2E_DIR)/go.mod $(KUBEE2E_DIR)/go.sum $(KUBEE2E_DIR)/e2e_test.go
-KUBEE2E_K8S_VERSION = $(shell awk '$$1 == "k8s.io/kubernetes" { print $$2; exit } $$1 == "require" && $$2 == "k8s.io/kubernetes" { print $$3; exit }' $(KUBEE2E_DIR)/go.mod)
+KUBEE2E_K8S_VERSION = $(call mod-version,$(KUBEE2E_DIR)/go.mod,k8s.io/kubernetes)
 
 .PHONY: e2e-test-binary
 e2e-test-binary: $(BIN)/e2e.test ## Build the Kubernetes external-storage e2e suite (bin/e2e.test) from the Go module proxy

@@ -69,16 +69,7 @@ func TestDocLinks(t *testing.T) {
 // kind of broken reference is reported, and nothing that resolves is.
 func TestCheckerFindsBrokenLinks(t *testing.T) {
 	root := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		p := filepath.Join(root, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, content string) { writeFile(t, root, name, content) }
 	write("go.work", "go 1.26.0\n")
 	write("api/doc.go", "package api\n")
 	write("api/export/identity.go", "package export\n")
@@ -509,4 +500,17 @@ func slug(title string) string {
 		}
 	}
 	return b.String()
+}
+
+// writeFile writes content to name (slash-separated) under root, making
+// its directories: the small trees the checkers' own tests run on.
+func writeFile(t *testing.T, root, name, content string) {
+	t.Helper()
+	p := filepath.Join(root, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }

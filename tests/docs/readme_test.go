@@ -75,16 +75,7 @@ func TestCountLines(t *testing.T) {
 // itself and pages linked with an anchor are not.
 func TestUnindexed(t *testing.T) {
 	root := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		p := filepath.Join(root, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, content string) { writeFile(t, root, name, content) }
 	for _, p := range []string{"a", "b", "c", "d"} {
 		write("docs/"+p+".md", "# "+p+"\n")
 	}

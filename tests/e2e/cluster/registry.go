@@ -27,6 +27,12 @@ const RegistryPort = "5000"
 //
 // Only a one-guest cluster has it; a two-guest run still imports the
 // images into both guests.
+//
+// Who reaches it: whatever runs in the guest (the node and its pods), on
+// the node's address, which exists only inside the guest; it asks no
+// credential, which is what a lab needs and no product install should
+// copy. TLS proves the registry to containerd and to the push, not the
+// client to the registry.
 
 // registryConfig is the registry's configuration (distribution v3).
 func registryConfig(addr, root, crt, key string) string {
