@@ -112,6 +112,10 @@ func installReplacements(node string, c registryInfo, valuesFiles ...string) []s
 		"NODE=storage-node-1", "NODE=" + node,
 		quickstartPush, push,
 		quickstartInstall, install,
+		// Beside the kernel lab's guest, the emulated control plane and
+		// the pulls of every image through the registry took the
+		// install past the quickstart's 10 minutes once (2026-12-05).
+		"--wait --timeout 10m", "--wait --timeout 20m",
 	}
 }
 
