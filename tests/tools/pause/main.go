@@ -17,6 +17,9 @@ import (
 	"syscall"
 )
 
+// readyLine is written to stderr once the signal handlers are installed.
+const readyLine = "pause: ready"
+
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "-v" || os.Args[1] == "-version") {
 		fmt.Println("pause (pillar-csi)")
@@ -24,6 +27,9 @@ func main() {
 	}
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGCHLD)
+	// Until Notify returns, Go's runtime ends the process with status 2 on
+	// SIGTERM; this line tells a watcher that the handlers are in place.
+	fmt.Fprintln(os.Stderr, readyLine)
 	// Reap children that died before the handler was installed.
 	reap()
 	for sig := range sigs {

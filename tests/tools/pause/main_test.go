@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,11 +37,30 @@ func startPause(t *testing.T, bin string) *exec.Cmd {
 	}
 	cmd := exec.Command(bin)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	time.Sleep(200 * time.Millisecond) // let it install its handlers
+	// A signal that arrives before pause installed its handlers ends it
+	// with Go's default status 2: wait for its word that they are in place.
+	ready := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(stderr).ReadString('\n')
+		ready <- strings.TrimSpace(line)
+		_, _ = io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case line := <-ready:
+		if line != readyLine {
+			t.Fatalf("pause's first line on stderr: %q, want %q", line, readyLine)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("pause did not say it was ready within 30s")
+	}
 	return cmd
 }
 
