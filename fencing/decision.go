@@ -100,6 +100,16 @@ func Decide(cur *Mark, k Kind, tok Token, now time.Time, retired func(uid string
 	if d, ok := checkRequest(k, tok); !ok {
 		return d
 	}
+	d := decide(cur, k, tok, now, retired)
+	if base := lifecycleBase(cur, tok.UID); d.Accepted() && tok.Generation > base && tok.Generation-base > MaxGenerationStep {
+		return reject(18, ReasonMalformed, fmt.Sprintf("generation %d is more than %d above %d, the lifecycle's generation here",
+			tok.Generation, MaxGenerationStep, base))
+	}
+	return d
+}
+
+// decide is Decide without rule 18.
+func decide(cur *Mark, k Kind, tok Token, now time.Time, retired func(uid string) bool) Decision {
 	u, g := tok.UID, tok.Generation
 	isRetired := func() bool { return retired != nil && retired(u) }
 
@@ -183,6 +193,24 @@ func checkRequest(k Kind, tok Token) (Decision, bool) {
 		return reject(2, ReasonMalformed, err.Error()), false
 	}
 	return Decision{}, true
+}
+
+// MaxGenerationStep is how far above the generation a mark holds for the
+// token's lifecycle (0 for a lifecycle it does not hold) a token may be
+// (rule 18). pillar-controller issues generations one at a time from 1,
+// each by a compare-and-swap of the volume's record, so a legitimate token
+// is above the mark only by the calls that never reached this agent; a
+// million of them is years of retries. Without the bound, one request with
+// generation 2^64-1 would make every later call of the lifecycle stale.
+const MaxGenerationStep = 1 << 20
+
+// lifecycleBase is the generation the mark holds for lifecycle u, 0 when it
+// holds another or none.
+func lifecycleBase(cur *Mark, u string) uint64 {
+	if cur != nil && cur.UID == u {
+		return cur.Generation
+	}
+	return 0
 }
 
 func staleDetail(cur *Mark, g uint64) string {

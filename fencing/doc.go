@@ -58,16 +58,23 @@
 //	15    ended(U, G)         u != U, u in history or retired   LIFECYCLE_ENDED       unchanged
 //	16    ended(U, G)         u != U, otherwise, mutate         accept (new)          active(u, g)
 //	17    ended(U, G)         u != U, otherwise, end            accept (new, ended)   ended(u, g), history+u
+//	18    any                 accepted above, g > B + MaxGenerationStep   MALFORMED   unchanged
+//
+// Rule 18 turns an acceptance by rules 5 to 17 into a refusal: B is G when
+// the mark's lifecycle is u, else 0. It bounds how far one request can move a lifecycle's
+// generation, so that no request can make every later one of its
+// lifecycle stale (generation 2^64-1).
 //
 // An equal generation is accepted (rules 8 and 14), so a retried request is
 // idempotent; it writes nothing. Generations are compared only within one
-// lifecycle: a new lifecycle may start at any generation (rule 16). Rule 14
+// lifecycle: a new lifecycle may start at any generation up to
+// MaxGenerationStep (rule 16). Rule 14
 // lets a controller retry a DeleteVolume whose storage deletion failed after
 // End; rule 12 keeps every other call of that lifecycle out. Rule 6 matters
 // for a lifecycle whose create never reached the agent: its End still leaves
 // a tombstone, so the create, arriving late, is refused. The Store applies
 // rules 1 and 2 before it reads the mark, and rule 3 when it reads it;
-// Decide implements rules 1, 2 (for the token and kind) and 4 to 17 as a
+// Decide implements rules 1, 2 (for the token and kind) and 4 to 18 as a
 // pure function. No rule depends on the clock.
 //
 // # Retirement

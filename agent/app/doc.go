@@ -15,6 +15,8 @@
 //	-tls-cert-file file         server certificate (PEM, leaf first)
 //	-tls-key-file file          its private key (PEM)
 //	-tls-ca-file file           CA bundle client certificates must chain to (PEM)
+//	-token-dir dir              every file in it is a token a call may carry (required without mutual TLS)
+//	-allow-unauthenticated      plaintext without -token-dir: anyone who reaches the port is obeyed
 //	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 20s)
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
 //	-store-concurrency n        backend calls at once per store; more wait while their caller does (default 4)
@@ -45,6 +47,26 @@
 // volume is never scanned, let alone activated, on the storage node. The
 // entries replace the node's own global_filter for the agent's commands;
 // a volume group on a local NVMe disk needs a narrower expression.
+//
+// # Who may call
+//
+// Every call but the health service's must carry one of the tokens in
+// -token-dir as "authorization: Bearer <token>" metadata (package
+// agentauth); pillar-controller sends the installation's token from its
+// -agent-token-file. A call without one, or with another, is answered
+// UNAUTHENTICATED before it reaches the service, and logged at warning
+// level with the caller's address (at most once a second, with the number
+// left unlogged). The tokens are compared after hashing, in time that does
+// not depend on which one matches or how much of a wrong one does. The
+// directory is read again every agentauth.ReloadInterval, so a rotated
+// Secret takes effect without a restart; a re-read that fails keeps the
+// tokens read last and is logged with the next refusal.
+//
+// A plaintext agent without -token-dir does not start unless
+// -allow-unauthenticated says that any client that reaches the port may
+// create, export and destroy volumes (a lab on loopback). With mutual TLS
+// the client certificate is a credential already, and -token-dir adds the
+// token check to it.
 //
 // # Transport security
 //

@@ -66,6 +66,15 @@ type Options struct {
 	// TLS names the server certificate, key and client CA files: all three
 	// turn mutual TLS on, none leaves gRPC in plaintext.
 	TLS tlsconfig.Files
+	// TokenDir holds the tokens a call must carry one of (every file of
+	// it, as a mounted Secret; agentauth.Accepted). Empty accepts calls
+	// without a token, which only mutual TLS or AllowUnauthenticated
+	// permit.
+	TokenDir string
+	// AllowUnauthenticated lets the agent serve plaintext gRPC without a
+	// token: any client that reaches the port may call it. For a lab on
+	// loopback only.
+	AllowUnauthenticated bool
 	// ShutdownGracePeriod is how long in-flight calls may finish after
 	// the context is cancelled, before the remaining ones are cut.
 	ShutdownGracePeriod time.Duration
@@ -119,6 +128,9 @@ creates ZFS zvols and LVM logical volumes, exports them over NVMe-oF/TCP
 through the kernel's nvmet configfs, and fences stale requests with durable
 generation marks. It serves plaintext gRPC unless all three -tls-* files are
 given, in which case clients must present a certificate signed by the CA.
+Every call but health must carry one of the tokens in -token-dir; without
+mutual TLS, -token-dir is required (or -allow-unauthenticated, which lets
+any client that reaches the port call the agent).
 
 pillar-agent marks COMMAND inspects and repairs the fencing marks instead
 (pillar-agent marks -h).
@@ -147,6 +159,8 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	fs.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM server certificate `file` (with -tls-key-file and -tls-ca-file: mutual TLS; default: plaintext)")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM private key `file` of the server certificate")
 	fs.StringVar(&o.TLS.CAFile, "tls-ca-file", "", "PEM CA bundle `file` that client certificates must chain to")
+	fs.StringVar(&o.TokenDir, "token-dir", "", "`directory` whose every file is a token a call may carry (the chart mounts the agent-token Secret there); required without mutual TLS")
+	fs.BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", false, "serve plaintext gRPC without -token-dir: any client that reaches the port may create, export and destroy volumes (a lab on loopback only)")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
 	fs.DurationVar(&o.CommandTimeout, "command-timeout", o.CommandTimeout, "timeout of each zfs, zpool and lvm command")
 	fs.IntVar(&o.StoreConcurrency, "store-concurrency", o.StoreConcurrency, "how many backend calls run at once per store; further calls wait their turn for as long as their caller waits")
@@ -236,6 +250,10 @@ func (o Options) Validate() error {
 		if _, err := lvm.New(lvm.Config{VolumeGroup: "check", RejectDevices: o.LVMReject}); err != nil {
 			return fmt.Errorf("-lvm-reject: %w", errors.Unwrap(err))
 		}
+	}
+	if o.TokenDir == "" && !o.TLSEnabled() && !o.AllowUnauthenticated {
+		return errors.New("-token-dir: required without mutual TLS; the agent API creates, exports and destroys volumes, " +
+			"so a plaintext agent without a token would obey any client that reaches its port (-allow-unauthenticated if that is meant)")
 	}
 	return nil
 }

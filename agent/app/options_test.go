@@ -30,7 +30,8 @@ func TestDefaultListenPortIsTheAgentPort(t *testing.T) {
 }
 
 func TestParseFlagsDefaults(t *testing.T) {
-	o, err := ParseFlags(nil, env(map[string]string{"NODE_NAME": "storage-1"}), nil)
+	// Only -token-dir has no default that works.
+	o, err := ParseFlags([]string{"-token-dir", "/t"}, env(map[string]string{"NODE_NAME": "storage-1"}), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 
 	"github.com/pillar-csi/pillar-csi/agent/internal/metrics"
 	"github.com/pillar-csi/pillar-csi/agent/server"
@@ -141,6 +142,15 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 		notAft = func() time.Time { return certs.Leaf().NotAfter }
 	}
 
+	var auth *authenticator
+	if opts.TokenDir != "" {
+		tokens, err := agentauth.NewAccepted(opts.TokenDir)
+		if err != nil {
+			return fmt.Errorf("pillar-agent: -token-dir: %w", err)
+		}
+		auth = &authenticator{tokens: tokens, logger: logger.With("component", "auth")}
+	}
+
 	grpcLn, err := net.Listen("tcp", opts.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("pillar-agent: gRPC: %w", err)
@@ -176,7 +186,7 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 		CertificateNotAfter: notAft,
 	})
 
-	gs := newGRPCServer(creds, m, logger)
+	gs := newGRPCServer(creds, auth, m, logger)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	svc.Register(gs)
@@ -193,9 +203,11 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 	logger.Info("pillar-agent serving",
 		"version", opts.Version, "node", opts.NodeName,
 		"grpc_address", grpcLn.Addr().String(), "metrics_address", addrString(httpLn),
-		"tls", opts.TLSEnabled(), "generations_dir", opts.GenerationsDir, "configfs_root", opts.ConfigfsRoot)
-	if !opts.TLSEnabled() {
-		logger.Info("mutual TLS is off: any client that can reach the gRPC port may call the agent")
+		"tls", opts.TLSEnabled(), "token_dir", opts.TokenDir, "generations_dir", opts.GenerationsDir, "configfs_root", opts.ConfigfsRoot)
+	if auth != nil {
+		logger.Info("every call but health must carry an accepted token", "tokens", auth.tokens.Count())
+	} else if !opts.TLSEnabled() {
+		logger.Warn("no token and no mutual TLS (-allow-unauthenticated): any client that can reach the gRPC port may call the agent")
 	}
 	if opts.listening != nil {
 		var ma net.Addr
@@ -249,14 +261,23 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 }
 
 // newGRPCServer applies the agent's limits and interceptors; creds nil
-// means plaintext.
-func newGRPCServer(creds credentials.TransportCredentials, m *metrics.Metrics, logger *slog.Logger) *grpc.Server {
+// means plaintext, auth nil accepts calls without a token.
+func newGRPCServer(creds credentials.TransportCredentials, auth *authenticator, m *metrics.Metrics, logger *slog.Logger) *grpc.Server {
+	// Metrics outermost, so the latency includes the logging and refused
+	// calls are counted; the token check next, so a refused call reaches
+	// nothing else; recovery innermost, so a panic is logged and counted
+	// as the INTERNAL it is answered with.
+	unary := []grpc.UnaryServerInterceptor{m.UnaryServerInterceptor()}
+	var stream []grpc.StreamServerInterceptor
+	if auth != nil {
+		unary = append(unary, auth.unary())
+		stream = append(stream, auth.stream())
+	}
+	unary = append(unary, logInterceptor(logger), recoverInterceptor(logger, m))
+	stream = append(stream, recoverStreamInterceptor(logger, m))
 	gopts := []grpc.ServerOption{
-		// Metrics outermost, so the latency includes the logging;
-		// recovery innermost, so a panic is logged and counted as the
-		// INTERNAL it is answered with.
-		grpc.ChainUnaryInterceptor(m.UnaryServerInterceptor(), logInterceptor(logger), recoverInterceptor(logger, m)),
-		grpc.ChainStreamInterceptor(recoverStreamInterceptor(logger, m)),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxSendMsgSize(maxMessageSize),
 		grpc.ConnectionTimeout(connectionTimeout),

@@ -114,6 +114,8 @@ func testOptions() Options {
 	o.ReadinessInterval = 20 * time.Millisecond
 	o.ShutdownGracePeriod = 5 * time.Second
 	o.LogLevel = slog.LevelDebug
+	// The token check has tests of its own (auth_test.go).
+	o.AllowUnauthenticated = true
 	return o
 }
 

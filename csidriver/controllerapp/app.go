@@ -36,6 +36,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
@@ -51,6 +52,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/controller"
 	"github.com/pillar-csi/pillar-csi/csidriver/endpoint"
@@ -94,6 +96,11 @@ type Options struct {
 	// its own (those of CSI calls keep the CO's); agentclient's default
 	// if zero.
 	AgentCallTimeout time.Duration
+	// AgentTokenFile holds the installation's agent token, sent with
+	// every agent call (agentauth.ClientToken; re-read as it rotates).
+	// Empty sends none: only agents with mutual TLS and no -token-dir
+	// then answer.
+	AgentTokenFile string
 	// AgentRefresh and StoreRefresh: see reconcile.Options.
 	AgentRefresh time.Duration
 	StoreRefresh time.Duration
@@ -151,6 +158,14 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	var token credentials.PerRPCCredentials
+	if opts.AgentTokenFile != "" {
+		t, err := agentauth.NewClientToken(opts.AgentTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("-agent-token-file: %w", err)
+		}
+		token = t
 	}
 	lr := logr.FromSlogHandler(log.Handler())
 	ctrl.SetLogger(lr)
@@ -212,6 +227,7 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		Pool: agentclient.Options{
 			CallTimeout: opts.AgentCallTimeout,
 			Logger:      log,
+			Credentials: token,
 		},
 	})
 	if err != nil {

@@ -118,6 +118,8 @@ func TestAgentMisconfigured(t *testing.T) {
 	storageNode(t, "storage-m", "127.0.0.1")
 	storageNode(t, "no-address", "")
 	fa := startAgent(t, fakeagent.Options{NodeName: "storage-m", Version: "v1"})
+	// An agent with a token this controller was not given (it sends none).
+	locked := startAgent(t, fakeagent.Options{NodeName: "storage-m", Version: "v1", Token: strings.Repeat("t", 40)})
 
 	cases := []struct {
 		obj    *v1alpha1.PillarAgent
@@ -127,6 +129,7 @@ func TestAgentMisconfigured(t *testing.T) {
 		{agentObj("agent-no-node", "missing-node", "", fa.Port()), "NodeNotFound", []string{`"missing-node"`, "spec.address"}},
 		{agentObj("agent-other-node", "some-other-node", "127.0.0.1", fa.Port()), reconcile.ReasonNodeMismatch, []string{`"storage-m"`, `"some-other-node"`}},
 		{agentObj("agent-closed-port", "", "127.0.0.1", 1), reconcile.ReasonUnreachable, []string{"127.0.0.1:1"}},
+		{agentObj("agent-other-token", "", "127.0.0.1", locked.Port()), reconcile.ReasonUnauthenticated, []string{"-agent-token-file", "-token-dir", "agent-token"}},
 	}
 	for _, c := range cases {
 		mustCreate(t, c.obj)

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,13 +24,15 @@ import (
 // Reasons of a PillarAgent's Ready condition besides the ConnectError
 // reasons.
 const (
-	ReasonAgentReady   = "AgentReady"
-	ReasonUnreachable  = "Unreachable"
-	ReasonTLSFailed    = "TLSFailed"
-	ReasonNotServing   = "NotServing"
-	ReasonNvmetMissing = "NvmetMissing"
-	ReasonNodeMismatch = "NodeMismatch"
-	ReasonInvalidSpec  = "InvalidSpec"
+	ReasonAgentReady  = "AgentReady"
+	ReasonUnreachable = "Unreachable"
+	ReasonTLSFailed   = "TLSFailed"
+	// ReasonUnauthenticated: the agent refused the controller's token.
+	ReasonUnauthenticated = "Unauthenticated"
+	ReasonNotServing      = "NotServing"
+	ReasonNvmetMissing    = "NvmetMissing"
+	ReasonNodeMismatch    = "NodeMismatch"
+	ReasonInvalidSpec     = "InvalidSpec"
 )
 
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents,verbs=get;list;watch;patch
@@ -127,6 +131,11 @@ func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) 
 	info, err := conn.Agent.GetAgentInfo(ctx, &agentv1.GetAgentInfoRequest{})
 	if err != nil {
 		reason := callReason(err)
+		if status.Code(err) == codes.Unauthenticated {
+			return notReady(ReasonUnauthenticated, "the agent at %s refuses the controller's agent token: %v; pillar-controller's -agent-token-file "+
+				"must hold a token of the agent's -token-dir (with the chart both mount the Secret of agent.auth.existingSecret, or <release>-agent-token); "+
+				"a rotated Secret takes up to a minute to reach both", conn.Endpoint(), status.Convert(err).Message()), nil
+		}
 		if reason == ReasonTLSFailed {
 			return notReady(reason, "TLS handshake with the agent at %s failed: %v; check that the agent's certificate is signed by ca.crt of %s and carries the name %q, and that the agent trusts the CA of tls.crt",
 				conn.Endpoint(), err, tlsSecret(a), serverName(a, conn.Endpoint())), nil

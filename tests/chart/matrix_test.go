@@ -18,6 +18,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
@@ -147,6 +148,21 @@ func matrix() []matrixCase {
 				attacher: "registry.example:5000/att@" + testDigest("att"), resizer: "registry.example:5000/res@" + testDigest("res"),
 				pullPolicy: corev1.PullIfNotPresent,
 			}, "/var/lib/kubelet")
+		}},
+		{name: "own agent token, IPv6 bind address", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
+			"agent": map[string]any{"bindAddress": "fd00::5", "auth": map[string]any{"existingSecret": "my-agent-token"}},
+		}}, check: func(t *testing.T, r *rendered) {
+			n := names("pillar-csi")
+			if r.has("Secret", n.fullname+"-agent-token") {
+				t.Error("the chart generated a token beside agent.auth.existingSecret")
+			}
+			agent := get[appsv1.DaemonSet](t, r, "DaemonSet", n.agent).Spec.Template.Spec
+			c := container(t, agent.Containers, "pillar-agent")
+			wantArg(t, c.Name, c.Args, "-listen-address=[fd00::5]:9420")
+			wantArg(t, c.Name, c.Args, "-metrics-address=[fd00::5]:9421")
+			wantTokenSecret(t, agent, c, "my-agent-token")
+			ctrl := get[appsv1.Deployment](t, r, "Deployment", n.controller).Spec.Template.Spec
+			wantTokenSecret(t, ctrl, container(t, ctrl.Containers, "pillar-controller"), "my-agent-token")
 		}},
 		{name: "storage nodes, no agent, no PDB", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
 			"agent":        map[string]any{"enabled": false},
@@ -289,6 +305,8 @@ func checkController(t *testing.T, r *rendered, n objectNames, img images) {
 	if !slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "-tls-secret-namespaces=") }) {
 		t.Errorf("%s: no -tls-secret-namespaces in %q", c.Name, c.Args)
 	}
+	wantArg(t, c.Name, c.Args, "-agent-token-file=/etc/pillar-csi/agent-token/token")
+	wantTokenMount(t, r, n, pod, c)
 	wantEnvFieldRef(t, c, "POD_NAMESPACE", "metadata.namespace")
 	wantPort(t, c, "metrics", 9430)
 	wantPort(t, c, "health", 9431)
@@ -521,10 +539,15 @@ func checkAgent(t *testing.T, r *rendered, n objectNames, tlsSecret string, lvmR
 
 	c := container(t, pod.Containers, "pillar-agent")
 	wantImage(t, mp, c.Image)
-	for _, a := range []string{"-node-name=$(NODE_NAME)", "-listen-address=:9420", "-metrics-address=:9421",
-		"-generations-dir=/var/lib/pillar-csi/agent/generations", "-configfs-root=/sys/kernel/config", "-host-root=/host"} {
+	// The node's own address, not every address it has; every call
+	// must carry a token of the mounted Secret.
+	for _, a := range []string{"-node-name=$(NODE_NAME)", "-listen-address=[$(HOST_IP)]:9420", "-metrics-address=[$(HOST_IP)]:9421",
+		"-generations-dir=/var/lib/pillar-csi/agent/generations", "-configfs-root=/sys/kernel/config", "-host-root=/host",
+		"-token-dir=/etc/pillar-csi/agent-token"} {
 		wantArg(t, c.Name, c.Args, a)
 	}
+	wantEnvFieldRef(t, c, "HOST_IP", "status.hostIP")
+	wantTokenMount(t, r, n, pod, c)
 	var reject []string
 	for _, a := range c.Args {
 		if v, ok := strings.CutPrefix(a, "-lvm-reject="); ok {
@@ -570,6 +593,31 @@ func checkAgent(t *testing.T, r *rendered, n objectNames, tlsSecret string, lvmR
 	}
 	if m := mountAt(t, c, "tls", "/etc/pillar-csi/tls"); m != nil && (m.SubPath != "" || !m.ReadOnly) {
 		t.Errorf("tls mount %+v: a subPath would never see a renewed certificate", m)
+	}
+}
+
+// wantTokenMount asserts that c mounts the installation's agent-token
+// Secret as a volume (never a subPath, which would not see a rotation), and
+// that the chart renders that Secret with a token fit for agentauth.
+func wantTokenMount(t *testing.T, r *rendered, n objectNames, pod corev1.PodSpec, c corev1.Container) {
+	t.Helper()
+	wantTokenSecret(t, pod, c, n.fullname+"-agent-token")
+	s := get[corev1.Secret](t, r, "Secret", n.fullname+"-agent-token")
+	if tok := s.Data[agentauth.ClientKey]; len(tok) < agentauth.MinLength {
+		t.Errorf("Secret %s: token of %d bytes, want at least %d", s.Name, len(tok), agentauth.MinLength)
+	}
+}
+
+// wantTokenSecret asserts that c mounts Secret secret at the agent-token
+// path.
+func wantTokenSecret(t *testing.T, pod corev1.PodSpec, c corev1.Container, secret string) {
+	t.Helper()
+	v := volume(t, pod.Volumes, "agent-token")
+	if v.Secret == nil || v.Secret.SecretName != secret {
+		t.Errorf("%s: agent-token volume %+v, want Secret %s", c.Name, v.VolumeSource, secret)
+	}
+	if m := mountAt(t, c, "agent-token", "/etc/pillar-csi/agent-token"); m != nil && (m.SubPath != "" || !m.ReadOnly) {
+		t.Errorf("%s: agent-token mount %+v: want read-only, no subPath", c.Name, m)
 	}
 }
 

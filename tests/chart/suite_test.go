@@ -33,6 +33,8 @@ var (
 	helm        string
 	kubeVersion string // of the envtest kube-apiserver, passed to helm template
 	k8s         client.Client
+	// kubeconfig is a cluster administrator's, for helm install.
+	kubeconfig string
 )
 
 func TestMain(m *testing.M) {
@@ -99,6 +101,23 @@ func run(m *testing.M) int {
 		return fail("server version: %v", err)
 	}
 	kubeVersion = v.GitVersion
+	admin, err := env.AddUser(envtest.User{Name: "chart-test-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return fail("admin user: %v", err)
+	}
+	kc, err := admin.KubeConfig()
+	if err != nil {
+		return fail("admin kubeconfig: %v", err)
+	}
+	dir, err := os.MkdirTemp("", "pillar-chart-test")
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		return fail("%v", err)
+	}
 	return m.Run()
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 
 	"github.com/pillar-csi/pillar-csi/agent/internal/testpki"
 	"github.com/pillar-csi/pillar-csi/fencing"
@@ -71,7 +73,7 @@ func TestHelp(t *testing.T) {
 	}
 	for _, f := range []string{"-listen-address", "-node-name", "-generations-dir", "-configfs-root", "-metrics-address",
 		"-log-level", "-log-format", "-tls-cert-file", "-tls-key-file", "-tls-ca-file", "-shutdown-grace-period",
-		"-command-timeout", "-readiness-interval", "-host-root", "-lvm-reject", "-version"} {
+		"-command-timeout", "-readiness-interval", "-host-root", "-lvm-reject", "-version", "-token-dir", "-allow-unauthenticated"} {
 		if !strings.Contains(out, "\n  "+f+" ") && !strings.Contains(out, "\n  "+f+"\n") {
 			t.Errorf("-h output lacks %s:\n%s", f, out)
 		}
@@ -96,6 +98,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-node-name", "n", "-tls-cert-file", "/etc/tls.crt"}, 2, "pillar-agent: -tls-cert-file, -tls-key-file and -tls-ca-file go together: -tls-key-file and -tls-ca-file missing"},
 		{[]string{"-node-name", "n", "-shutdown-grace-period", "later"}, 2, `invalid value "later" for flag -shutdown-grace-period`},
 		{[]string{}, 2, "-node-name: required (or set $NODE_NAME)"},
+		{[]string{"-node-name", "n"}, 2, "-token-dir: required without mutual TLS"},
 	} {
 		_, stderr, code := runAgent(t, tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
@@ -125,9 +128,25 @@ func TestBadTLSFileStopsStartup(t *testing.T) {
 
 // started is a running pillar-agent.
 type started struct {
-	cmd  *exec.Cmd
-	addr string
-	logs chan string // all of stderr, once the process has exited
+	cmd   *exec.Cmd
+	addr  string
+	token string      // the one token in its -token-dir
+	logs  chan string // all of stderr, once the process has exited
+}
+
+// withToken sends the agent's token with every call, as pillar-controller
+// does.
+func (a *started) withToken(t *testing.T) grpc.DialOption {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), agentauth.ClientKey)
+	if err := os.WriteFile(p, []byte(a.token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := agentauth.NewClientToken(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return grpc.WithPerRPCCredentials(c)
 }
 
 // startAgent runs the real agent (server.New with a fencing directory and a
@@ -142,9 +161,17 @@ func startAgent(t *testing.T, ctx context.Context, extra ...string) *started {
 			t.Fatal(err)
 		}
 	}
-	a := &started{addr: freeAddr(t), logs: make(chan string, 1)}
+	a := &started{addr: freeAddr(t), logs: make(chan string, 1), token: rand.Text() + rand.Text()}
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.Mkdir(tokens, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tokens, agentauth.ClientKey), []byte(a.token), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	args := append([]string{"-node-name", "storage-7", "-listen-address", a.addr, "-metrics-address", "",
-		"-generations-dir", filepath.Join(dir, "gen"), "-configfs-root", cfs, "-log-format", "text", "-log-level", "debug"}, extra...)
+		"-generations-dir", filepath.Join(dir, "gen"), "-configfs-root", cfs, "-token-dir", tokens,
+		"-log-format", "text", "-log-level", "debug"}, extra...)
 	a.cmd = agentCmd(ctx, args...)
 	stderr, err := a.cmd.StderrPipe()
 	if err != nil {
@@ -187,16 +214,25 @@ func TestServeAndSIGTERM(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	a := startAgent(t, ctx)
-	cc, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	stranger, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	cc, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(insecure.NewCredentials()), a.withToken(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 	defer ccancel()
-	h, err := healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{Service: "pillar.agent.v1.AgentService"})
+	// Health needs no token: the kubelet and the controller's watch ask.
+	h, err := healthpb.NewHealthClient(stranger).Check(cctx, &healthpb.HealthCheckRequest{Service: "pillar.agent.v1.AgentService"})
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v; want SERVING", h, err)
+	}
+	if _, err := agentv1.NewAgentServiceClient(stranger).DeleteVolume(cctx, &agentv1.DeleteVolumeRequest{VolumeId: "pvc-1"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("DeleteVolume without a token = %v, want UNAUTHENTICATED", err)
 	}
 	info, err := agentv1.NewAgentServiceClient(cc).GetAgentInfo(cctx, &agentv1.GetAgentInfoRequest{})
 	if err != nil || info.GetNodeName() != "storage-7" {
@@ -213,7 +249,8 @@ func TestServeAndSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after SIGTERM: %v, want exit 0; logs:\n%s", err, out)
 	}
-	for _, want := range []string{"msg=\"shutting down\" reason=\"terminated signal received\"", "msg=stopped", "msg=rpc method=/pillar.agent.v1.AgentService/GetAgentInfo code=OK"} {
+	for _, want := range []string{"msg=\"shutting down\" reason=\"terminated signal received\"", "msg=stopped", "msg=rpc method=/pillar.agent.v1.AgentService/GetAgentInfo code=OK",
+		"msg=\"refused an unauthenticated call\"", "method=/pillar.agent.v1.AgentService/DeleteVolume peer=127.0.0.1:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("logs lack %q:\n%s", want, out)
 		}
@@ -231,7 +268,7 @@ func TestMutualTLSRefusesClientsWithoutValidCertificate(t *testing.T) {
 	a := startAgent(t, ctx, "-tls-cert-file", f.Cert, "-tls-key-file", f.Key, "-tls-ca-file", f.CA)
 
 	call := func(creds credentials.TransportCredentials) error {
-		cc, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(creds))
+		cc, err := grpc.NewClient(a.addr, grpc.WithTransportCredentials(creds), a.withToken(t))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,6 +50,7 @@ func registerFlags(fs *flag.FlagSet) *flags {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, `listen address of /metrics ("0" disables)`)
 	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, `listen address of /healthz and /readyz ("0" disables)`)
 	fs.DurationVar(&o.AgentCallTimeout, "agent-call-timeout", o.AgentCallTimeout, "deadline of each agent call made without one of its own (0: the default, 30s); the calls made for a CSI call keep the CO's deadline (the sidecars' --timeout)")
+	fs.StringVar(&o.AgentTokenFile, "agent-token-file", "", "`file` holding the installation's agent token, sent with every agent call and re-read as it rotates (the chart mounts the agent-token Secret's \"token\" key); empty sends none, which only agents with mutual TLS and no -token-dir accept")
 	fs.DurationVar(&o.AgentRefresh, "agent-refresh", o.AgentRefresh, "how often a ready agent is asked again for its version and capabilities")
 	fs.DurationVar(&o.StoreRefresh, "store-refresh", o.StoreRefresh, "how often a store's capacity is read again")
 	fs.DurationVar(&o.GracefulShutdown, "shutdown-grace-period", o.GracefulShutdown, "how long running reconciles may finish after SIGTERM")

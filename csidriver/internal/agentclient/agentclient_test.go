@@ -3,15 +3,20 @@ package agentclient_test
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
 )
@@ -153,3 +158,62 @@ func TestPool(t *testing.T) {
 // waitForReady makes the call wait for a connection (instead of failing
 // fast), so that only the deadline can end it.
 func waitForReady() grpc.CallOption { return grpc.WaitForReady(true) }
+
+type infoOnly struct {
+	agentv1.UnimplementedAgentServiceServer
+}
+
+func (infoOnly) GetAgentInfo(context.Context, *agentv1.GetAgentInfoRequest) (*agentv1.GetAgentInfoResponse, error) {
+	return &agentv1.GetAgentInfoResponse{NodeName: "n1"}, nil
+}
+
+// The pool sends its credentials with every call, and an agent that checks
+// them (as pillar-agent's -token-dir does) answers only then.
+func TestPoolSendsToken(t *testing.T) {
+	dir := t.TempDir()
+	tok := strings.Repeat("k", 40)
+	if err := os.WriteFile(filepath.Join(dir, agentauth.ClientKey), []byte(tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	accepted, err := agentauth.NewAccepted(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if err := accepted.Verify(ctx); err != nil {
+			return nil, agentauth.Refusal(err)
+		}
+		return h(ctx, req)
+	}))
+	agentv1.RegisterAgentServiceServer(gs, infoOnly{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(ln) }()
+	defer gs.Stop()
+
+	creds, err := agentauth.NewClientToken(filepath.Join(dir, agentauth.ClientKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		creds credentials.PerRPCCredentials
+		want  codes.Code
+	}{
+		{"with the token", creds, codes.OK},
+		{"without", nil, codes.Unauthenticated},
+	} {
+		p := agentclient.NewPool(agentclient.Options{CallTimeout: 5 * time.Second, Credentials: tc.creds})
+		c, err := p.Get("a", agentclient.Target{Address: ln.Addr().String()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Agent.GetAgentInfo(context.Background(), &agentv1.GetAgentInfoRequest{})
+		if status.Code(err) != tc.want {
+			t.Errorf("%s: GetAgentInfo = %v, want %v", tc.name, err, tc.want)
+		}
+		p.Close()
+	}
+}

@@ -72,6 +72,9 @@ type Options struct {
 	Notify func(name string)
 	// Logger receives connection events; slog.Default() if nil.
 	Logger *slog.Logger
+	// Credentials, when not nil, are sent with every call (the
+	// installation's agent token, agentauth.ClientToken).
+	Credentials credentials.PerRPCCredentials
 }
 
 // Pool holds one connection per agent. It is safe for concurrent use.
@@ -152,11 +155,16 @@ func (p *Pool) dial(name string, t Target) (*Conn, error) {
 	}
 	bc := backoff.DefaultConfig
 	bc.MaxDelay = maxReconnectDelay
-	cc, err := grpc.NewClient("passthrough:///"+t.Address,
+	dopts := []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: keepaliveTime, Timeout: keepaliveTimeout, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bc, MinConnectTimeout: 5 * time.Second}),
-		grpc.WithChainUnaryInterceptor(deadline(p.opts.CallTimeout)))
+		grpc.WithChainUnaryInterceptor(deadline(p.opts.CallTimeout)),
+	}
+	if p.opts.Credentials != nil {
+		dopts = append(dopts, grpc.WithPerRPCCredentials(p.opts.Credentials))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+t.Address, dopts...)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -18,9 +19,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 	"github.com/pillar-csi/pillar-csi/fencing"
 )
 
@@ -61,6 +64,7 @@ type Agent struct {
 	hooks   Hooks
 
 	creds  credentials.TransportCredentials
+	token  string
 	addr   string
 	srv    *grpc.Server
 	health *health.Server
@@ -74,6 +78,9 @@ type Options struct {
 	Creds credentials.TransportCredentials
 	// Addr is the listen address; 127.0.0.1:0 if empty.
 	Addr string
+	// Token, if not empty, is the one agent token every call but health
+	// must carry, as pillar-agent's -token-dir requires.
+	Token string
 }
 
 // Start serves a fake agent that reports every capability, SERVING, and no
@@ -90,6 +97,7 @@ func Start(o Options) (*Agent, error) {
 		presented: map[[2]string][]uint64{},
 		creds:     o.Creds,
 		addr:      o.Addr,
+		token:     o.Token,
 	}
 	if a.addr == "" {
 		a.addr = "127.0.0.1:0"
@@ -124,6 +132,9 @@ func (a *Agent) serve() error {
 	if a.creds != nil {
 		opts = append(opts, grpc.Creds(a.creds))
 	}
+	if a.token != "" {
+		opts = append(opts, grpc.UnaryInterceptor(a.checkToken))
+	}
 	srv := grpc.NewServer(opts...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(srv, hs)
@@ -134,6 +145,19 @@ func (a *Agent) serve() error {
 	a.mu.Unlock()
 	go func() { _ = srv.Serve(l) }()
 	return nil
+}
+
+// checkToken refuses AgentService calls without the agent's token, as
+// pillar-agent does (health is served by a stream, which this does not
+// intercept).
+func (a *Agent) checkToken(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if strings.HasPrefix(info.FullMethod, "/"+agentv1.AgentService_ServiceDesc.ServiceName+"/") {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get(agentauth.MetadataKey); len(v) != 1 || v[0] != "Bearer "+a.token {
+			return nil, agentauth.Refusal(agentauth.ErrWrong)
+		}
+	}
+	return h(ctx, req)
 }
 
 // Stop ends the agent as a crash would: connections are cut.

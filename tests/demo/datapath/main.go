@@ -31,6 +31,7 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -219,12 +220,26 @@ func (d *demo) storage() error {
 const lvmConfig = "activation { udev_sync=0 udev_rules=0 } devices { obtain_device_list_from_udev=0 }"
 
 func (d *demo) startAgent() error {
-	step("storage node: start pillar-agent on %s (plaintext gRPC, metrics on %s)", agentAddr, metricsAddr)
-	if err := d.start("pillar-agent", "-listen-address", agentAddr, "-metrics-address", metricsAddr,
+	step("storage node: start pillar-agent on %s (plaintext gRPC with the installation's token, metrics on %s)", agentAddr, metricsAddr)
+	// The token, as the chart generates it into a Secret: every call but
+	// health carries it, and the agent refuses the others.
+	tokens := filepath.Join(d.work, "agent-token")
+	if err := os.Mkdir(tokens, 0o700); err != nil {
+		return err
+	}
+	tokenFile := filepath.Join(tokens, agentauth.ClientKey)
+	if err := os.WriteFile(tokenFile, []byte(rand.Text()+rand.Text()), 0o400); err != nil {
+		return err
+	}
+	if err := d.start("pillar-agent", "-listen-address", agentAddr, "-metrics-address", metricsAddr, "-token-dir", tokens,
 		"-node-name", "storage-0", "-generations-dir", filepath.Join(d.work, "generations"), "-log-format", "text"); err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient(agentAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	token, err := agentauth.NewClientToken(tokenFile)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient(agentAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithPerRPCCredentials(token))
 	if err != nil {
 		return err
 	}

@@ -38,6 +38,8 @@ var lab struct {
 // binary then runs its tests against that cluster, which another process
 // of the guest owns, instead of starting one of its own. make e2e-run
 // passes it.
+var importImages = flag.Bool("cluster.import", false, "import the chart's images into containerd at the cluster's start instead of pushing them to the lab registry for the kubelet to pull (make e2e-ci passes it)")
+
 var attachFile = flag.String("cluster.attach", "", "attach to the kept cluster whose state file this is instead of starting a cluster (make e2e-run passes it)")
 
 func TestMain(m *testing.M) {
@@ -73,9 +75,10 @@ func TestMain(m *testing.M) {
 		if lab.err == nil {
 			t0 := time.Now()
 			o := cluster.Options{
-				BinDir:   filepath.Join(lab.root, "bin"),
-				ImageDir: filepath.Join(lab.root, "bin", "images"),
-				Log:      os.Stdout,
+				BinDir:       filepath.Join(lab.root, "bin"),
+				ImageDir:     filepath.Join(lab.root, "bin", "images"),
+				Log:          os.Stdout,
+				ImportImages: *importImages,
 			}
 			if guest.Role() == guest.RoleMain {
 				o.PeerName = deploy.StorageNodeName

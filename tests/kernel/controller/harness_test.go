@@ -44,6 +44,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
@@ -91,6 +92,12 @@ type lab struct {
 	// csiEndpoint is where pillar-controller serves the CSI Identity
 	// and Controller services (-csi-endpoint).
 	csiEndpoint string
+	// tokenDir holds the installation's agent token, as the chart's
+	// Secret does: every agent's -token-dir, and its "token" file the
+	// controller's -agent-token-file.
+	tokenDir string
+	// token sends that token with the tests' own agent calls.
+	token *agentauth.ClientToken
 }
 
 var shared struct {
@@ -200,6 +207,16 @@ func start(t testing.TB) (*lab, error) {
 		l.stop()
 		return nil, err
 	}
+	l.tokenDir = filepath.Join(dir, "agent-token")
+	if err := os.Mkdir(l.tokenDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(l.tokenDir, agentauth.ClientKey), []byte(rand.Text()+rand.Text()), 0o600); err != nil {
+		return nil, err
+	}
+	if l.token, err = agentauth.NewClientToken(filepath.Join(l.tokenDir, agentauth.ClientKey)); err != nil {
+		return nil, err
+	}
 	if err := l.startController(t); err != nil {
 		l.stop()
 		return nil, err
@@ -292,6 +309,7 @@ func (l *lab) startController(t testing.TB) error {
 		// seconds.
 		"-agent-call-timeout", "90s",
 		"-csi-endpoint", l.csiEndpoint,
+		"-agent-token-file", filepath.Join(l.tokenDir, agentauth.ClientKey),
 		"-log-level", "debug"}
 	if err := l.launchController(); err != nil {
 		return err
@@ -434,13 +452,13 @@ func startAgent(t testing.TB, l *lab, node string, pki *pki) *agent {
 	t.Helper()
 	a := &agent{t: t, l: l, node: node, port: freePort(t), creds: insecure.NewCredentials()}
 	a.args = []string{"-listen-address", a.addr(), "-metrics-address", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-		"-node-name", node, "-generations-dir", filepath.Join(t.TempDir(), "generations"),
+		"-node-name", node, "-generations-dir", filepath.Join(t.TempDir(), "generations"), "-token-dir", l.tokenDir,
 		"-log-level", "debug", "-log-format", "text", "-readiness-interval", "2s"}
 	if pki != nil {
 		a.args = append(a.args, "-tls-cert-file", pki.serverCert, "-tls-key-file", pki.serverKey, "-tls-ca-file", pki.caFile)
 		a.creds = credentials.NewTLS(pki.clientTLS())
 	}
-	conn, err := grpc.NewClient(a.addr(), grpc.WithTransportCredentials(a.creds))
+	conn, err := grpc.NewClient(a.addr(), grpc.WithTransportCredentials(a.creds), grpc.WithPerRPCCredentials(l.token))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ package images
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -20,9 +21,12 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/agentauth"
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
@@ -178,10 +182,18 @@ func waitHTTP(t *testing.T, url string) {
 	}
 }
 
+// agentBox is pillar-agent running from its image, and a client of it
+// that sends the installation's token, as pillar-controller does.
+type agentBox struct {
+	agentv1.AgentServiceClient
+	addr string
+}
+
 // agentContainer runs pillar-agent from its image as the DaemonSet does:
 // the host's / at /host, /dev, /sys (configfs under it), /proc, the
-// generations directory, /lib/modules read-only; the chart's flags.
-func agentContainer(t *testing.T) agentv1.AgentServiceClient {
+// generations directory, the agent-token Secret, /lib/modules read-only;
+// the chart's flags.
+func agentContainer(t *testing.T) *agentBox {
 	t.Helper()
 	root := rootfs(t, "pillar-agent")
 	mountIn(t, root, "/host", "--rbind", "/")
@@ -192,17 +204,100 @@ func agentContainer(t *testing.T) agentv1.AgentServiceClient {
 	mountIn(t, root, "/lib/modules", "--rbind", "-o", "ro", "/lib/modules")
 	gen := t.TempDir()
 	mountIn(t, root, "/var/lib/pillar-csi/agent/generations", "--bind", gen)
+	tokens := t.TempDir()
+	tokenFile := filepath.Join(tokens, agentauth.ClientKey)
+	if err := os.WriteFile(tokenFile, []byte(rand.Text()+rand.Text()), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	mountIn(t, root, "/etc/pillar-csi/agent-token", "--bind", "-o", "ro", tokens)
 	grpcPort, httpPort := fixture.FreeTCPPort(t), fixture.FreeTCPPort(t)
+	addr := "127.0.0.1:" + strconv.Itoa(grpcPort)
 	start(t, chrooted(root, "/usr/bin/pillar-agent", "-node-name", "lab",
-		"-listen-address", "127.0.0.1:"+strconv.Itoa(grpcPort), "-metrics-address", "127.0.0.1:"+strconv.Itoa(httpPort),
+		"-listen-address", addr, "-metrics-address", "127.0.0.1:"+strconv.Itoa(httpPort),
+		"-token-dir", "/etc/pillar-csi/agent-token",
 		"-host-root", "/host", "-lvm-reject", "^/dev/zd", "-lvm-reject", "^/dev/nvme", "-log-level", "debug"))
 	waitHTTP(t, "http://127.0.0.1:"+strconv.Itoa(httpPort)+"/readyz")
-	conn, err := grpc.NewClient("127.0.0.1:"+strconv.Itoa(grpcPort), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	token, err := agentauth.NewClientToken(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &agentBox{AgentServiceClient: dialAgent(t, addr, grpc.WithPerRPCCredentials(token)), addr: addr}
+}
+
+// dialAgent is a plaintext client of the agent at addr.
+func dialAgent(t *testing.T, addr string, opts ...grpc.DialOption) agentv1.AgentServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
 	return agentv1.NewAgentServiceClient(conn)
+}
+
+// exportedZvol creates a 64 MiB zvol id in pool through the agent and
+// exports it on 127.0.0.1, and removes both at the end of the test. It
+// returns the store, the owner's fencing token and the export's port.
+func exportedZvol(t *testing.T, c *agentBox, pool, id string) (*agentv1.Store, *agentv1.FencingToken, int) {
+	t.Helper()
+	st := &agentv1.Store{Name: "zfs", Backend: &agentv1.Store_Zfs{Zfs: &agentv1.ZfsStore{Pool: pool, ParentDataset: "pillar", Sparse: true}}}
+	tk := tok(t)
+	if _, err := c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: tk, VolumeId: id, Store: st, CapacityBytes: 64 * mib}); err != nil {
+		t.Fatal(err)
+	}
+	port := fixture.FreeTCPPort(t)
+	if _, err := c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: st,
+		Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: "127.0.0.1", Port: uint32(port)}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.UnexportVolume(context.Background(), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id})
+		c.DeleteVolume(context.Background(), &agentv1.DeleteVolumeRequest{FencingToken: tk, VolumeId: id, Store: st})
+	})
+	return st, tk, port
+}
+
+// TestAgentImageRefusesStrangers: a client that is not the controller
+// knows a volume's ID and even its owner's fencing token, and asks the
+// agent to unexport and destroy it, without a token and with a made-up
+// one. Every call is refused UNAUTHENTICATED, and the zvol and its export
+// are still there.
+func TestAgentImageRefusesStrangers(t *testing.T) {
+	guest.RequireGuest(t)
+	c := agentContainer(t)
+	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 256 * mib})
+	id := "pvc-image-stranger"
+	st, tk, _ := exportedZvol(t, c, pool.Name, id)
+	made := strings.Repeat("m", 48)
+	for name, s := range map[string]agentv1.AgentServiceClient{
+		"no token":        dialAgent(t, c.addr),
+		"made-up token":   dialAgent(t, c.addr, grpc.WithPerRPCCredentials(agentauth.Bearer(made))),
+		"too short token": dialAgent(t, c.addr, grpc.WithPerRPCCredentials(agentauth.Bearer("x"))),
+	} {
+		calls := map[string]func() error{
+			"ListExports": func() error { _, err := s.ListExports(ctxT(t), &agentv1.ListExportsRequest{}); return err },
+			"UnexportVolume": func() error {
+				_, err := s.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id})
+				return err
+			},
+			"DeleteVolume": func() error {
+				_, err := s.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: tk, VolumeId: id, Store: st})
+				return err
+			},
+		}
+		for call, f := range calls {
+			if err := f(); status.Code(err) != codes.Unauthenticated {
+				t.Errorf("%s: %s = %v, want UNAUTHENTICATED", name, call, err)
+			}
+		}
+	}
+	ident, _ := export.For(id)
+	if _, err := os.Stat(filepath.Join("/sys/kernel/config/nvmet/subsystems", ident.SubsystemNQN)); err != nil {
+		t.Errorf("the export is gone after the strangers' calls: %v", err)
+	}
+	if out := run(t, "zfs", "list", "-H", "-o", "name", "-r", pool.Name); !strings.Contains(out, id) {
+		t.Errorf("the zvol is gone after the strangers' calls: zfs list: %s", out)
+	}
 }
 
 func tok(t *testing.T) *agentv1.FencingToken {
@@ -260,20 +355,8 @@ func TestNodeImageStagesAVolume(t *testing.T) {
 	guest.RequireGuest(t)
 	c := agentContainer(t)
 	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 512 * mib})
-	st := &agentv1.Store{Name: "zfs", Backend: &agentv1.Store_Zfs{Zfs: &agentv1.ZfsStore{Pool: pool.Name, ParentDataset: "pillar", Sparse: true}}}
-	id, tk := "pvc-image-node", tok(t)
-	if _, err := c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: tk, VolumeId: id, Store: st, CapacityBytes: 64 * mib}); err != nil {
-		t.Fatal(err)
-	}
-	port := fixture.FreeTCPPort(t)
-	if _, err := c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: st,
-		Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: "127.0.0.1", Port: uint32(port)}}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.UnexportVolume(context.Background(), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id})
-		c.DeleteVolume(context.Background(), &agentv1.DeleteVolumeRequest{FencingToken: tk, VolumeId: id, Store: st})
-	})
+	id := "pvc-image-node"
+	_, tk, port := exportedZvol(t, c, pool.Name, id)
 
 	// The DaemonSet's mounts: the kubelet directory (at the same path
 	// inside and out, shared), /dev, /sys, /proc, /etc/nvme, the state

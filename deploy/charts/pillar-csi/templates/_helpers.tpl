@@ -50,6 +50,22 @@ image is pulled by it: what was pushed, whatever the tag says now. */}}
 {{ include "pillar-csi.fullname" . }}-node
 {{- end -}}
 
+{{/* Secret with the installation's agent token (agentauth). */}}
+{{- define "pillar-csi.agentTokenSecret" -}}
+{{- .Values.agent.auth.existingSecret | default (printf "%s-agent-token" (include "pillar-csi.fullname" .)) -}}
+{{- end -}}
+
+{{/* host:port the agent binds, from agent.bindAddress or the node's own address. */}}
+{{- define "pillar-csi.agentBind" -}}
+{{- $ctx := index . 0 -}}{{- $port := index . 1 -}}
+{{- $a := $ctx.Values.agent.bindAddress | default "$(HOST_IP)" -}}
+{{- if or (eq $a "$(HOST_IP)") (contains ":" $a) -}}
+[{{ $a }}]:{{ $port }}
+{{- else -}}
+{{ $a }}:{{ $port }}
+{{- end -}}
+{{- end -}}
+
 {{/* Secret with the agents' serving certificate, or "" without mTLS. */}}
 {{- define "pillar-csi.agentTLSSecret" -}}
 {{- if eq .Values.tls.mode "certManager" -}}
