@@ -24,7 +24,7 @@ var (
 )
 
 // tokenOptions are testOptions with one accepted token.
-func tokenOptions(t *testing.T) Options {
+func tokenOptions(t testing.TB) Options {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, agentauth.ClientKey), []byte(testToken+"\n"), 0o600); err != nil {

@@ -18,8 +18,9 @@ import (
 // BenchmarkUnaryCall measures one GetAgentInfo over an established
 // loopback connection: on a bare grpc.Server (the floor), through Run
 // (metrics and logging interceptors, keepalive and size limits), and
-// through Run with mutual TLS. The ratios against "bare" are what hosting
-// costs per call.
+// through Run with the token check (the chart's default), and through Run
+// with mutual TLS. The ratios against "bare" are what hosting costs per
+// call; "agent-token" against "agent" is what the token check costs.
 func BenchmarkUnaryCall(b *testing.B) {
 	bare := func(b *testing.B) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,33 +36,44 @@ func BenchmarkUnaryCall(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		setup func(b *testing.B) (addr string, creds credentials.TransportCredentials)
+		token bool // the client sends testToken
 	}{
-		{"bare", func(b *testing.B) (string, credentials.TransportCredentials) { return bare(b), nil }},
+		{"bare", func(b *testing.B) (string, credentials.TransportCredentials) { return bare(b), nil }, false},
 		{"agent", func(b *testing.B) (string, credentials.TransportCredentials) {
 			o := testOptions()
 			o.LogLevel = slog.LevelInfo
 			a := startBench(b, o)
 			return a.grpcAddr, nil
-		}},
+		}, false},
+		{"agent-token", func(b *testing.B) (string, credentials.TransportCredentials) {
+			o := tokenOptions(b)
+			o.LogLevel = slog.LevelInfo
+			a := startBench(b, o)
+			return a.grpcAddr, nil
+		}, true},
 		{"agent-mtls", func(b *testing.B) (string, credentials.TransportCredentials) {
 			s := newTLSSetup(b)
 			o := s.options()
 			o.LogLevel = slog.LevelInfo
 			a := startBench(b, o)
 			return a.grpcAddr, clientCreds(s.srvCA.Pool(), s.client)
-		}},
+		}, false},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			addr, creds := bc.setup(b)
 			cc := dial(b, addr, creds)
 			defer cc.Close()
-			if _, err := agentInfo(cc); err != nil {
+			var opts []grpc.CallOption
+			if bc.token {
+				opts = append(opts, bearer(testToken))
+			}
+			if _, err := agentInfo(cc, opts...); err != nil {
 				b.Fatal(err)
 			}
 			c := agentv1.NewAgentServiceClient(cc)
 			ctx := b.Context()
 			for b.Loop() {
-				if _, err := c.GetAgentInfo(ctx, &agentv1.GetAgentInfoRequest{}); err != nil {
+				if _, err := c.GetAgentInfo(ctx, &agentv1.GetAgentInfoRequest{}, opts...); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -84,8 +84,10 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 		if size, err = backends.RoundUp(sizeBytes, g.extentSize); err != nil {
 			return nil, err
 		}
+		// Born with a zero tag: its extents held whatever a deleted LV
+		// wrote, until zeroLV has overwritten them all.
 		args = []string{"--yes", "--wipesignatures", "y", "--zero", "y", "--activate", "y", "--setactivationskip", "n",
-			"--name", name, "--addtag", TagPrefix + id, "--size", sizeArg(size), b.vg}
+			"--name", name, "--addtag", TagPrefix + id, "--addtag", zeroTag(0), "--size", sizeArg(size), b.vg}
 	} else {
 		b.admit.Lock()
 		defer b.admit.Unlock()
@@ -115,13 +117,28 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	switch {
 	case err == nil:
 		// lvcreate --activate y made the node (LVMConfig: udev_rules=0).
-		return &backends.Volume{ID: id, Name: b.vg + "/" + name, SizeBytes: size, Thin: b.thinPool != "", DevicePath: dmPath(b.vg, name)}, nil
+		v := &backends.Volume{ID: id, Name: b.vg + "/" + name, SizeBytes: size, Thin: b.thinPool != "", DevicePath: dmPath(b.vg, name)}
+		if b.thinPool == "" {
+			if err := b.zeroLV(ctx, name, v.DevicePath, 0, size); err != nil {
+				return nil, err
+			}
+		}
+		return v, nil
 	case errs.StderrContains(err, "already exists in volume group"):
 		l, err := b.get(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		return b.same(id, l, size)
+		v, err := b.same(id, l, size)
+		if err != nil {
+			return nil, err
+		}
+		// A Create cut short while it zeroed: finish before the volume
+		// is handed out.
+		if err := b.finishZeroing(ctx, id, l); err != nil {
+			return nil, err
+		}
+		return v, nil
 	case errs.StderrContains(err, "insufficient free space", "Insufficient free space"):
 		return nil, errs.New(backends.ErrNoSpace, err, "volume group %s", b.vg)
 	}
@@ -286,6 +303,10 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 	if err != nil {
 		return nil, err
 	}
+	// An Expand (or Create) cut short while it zeroed: finish first.
+	if err := b.finishZeroing(ctx, id, l); err != nil {
+		return nil, err
+	}
 	switch {
 	case size < l.size:
 		return nil, errs.New(backends.ErrShrink, nil, "%s/%s has %d bytes, %d requested", b.vg, l.name, l.size, size)
@@ -303,10 +324,28 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 			return nil, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available in thin pool %s under overcommit ratio %g", grow, avail, b.store, b.ratio)
 		}
 	}
+	if !l.thinVolume() {
+		// The extents lvextend adds held whatever a deleted LV wrote:
+		// the tag, written before them, says where zeroing starts if
+		// this call is cut short.
+		if _, err := b.lvm(ctx, "lvchange", "--addtag", zeroTag(l.size), b.vg+"/"+l.name); err != nil {
+			return nil, classify(err)
+		}
+	}
+	old := l.size
 	_, err = b.lvm(ctx, "lvextend", "--size", sizeArg(size), b.vg+"/"+l.name)
 	switch {
 	case err == nil, errs.StderrContains(err, "matches existing size"):
 		l.size = size
+		if !l.thinVolume() {
+			dev, err := b.devicePath(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if err := b.zeroLV(ctx, l.name, dev, old, size); err != nil {
+				return nil, err
+			}
+		}
 		return b.volume(id, l), nil
 	case errs.StderrContains(err, "not larger than existing size"):
 		return nil, errs.New(backends.ErrShrink, err, "%s/%s grew meanwhile", b.vg, l.name)
@@ -314,6 +353,79 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 		return nil, errs.New(backends.ErrNoSpace, err, "volume group %s", b.vg)
 	}
 	return nil, classify(err)
+}
+
+// zeroTagPrefix starts the tag of a linear LV whose bytes from the offset
+// after it (decimal) to its end may still hold what another LV wrote on
+// those extents: LVM hands freed extents to the next LV as they are, and
+// lvcreate --zero y clears only the first 4 KiB. A linear LV is created
+// with zeroTag(0), and an Expand adds zeroTag(old size) before lvextend;
+// zeroLV overwrites the range with zeroes, moving the tag forward as it
+// goes and removing it at the end. Until then the volume is not handed
+// out (Create) or its growth not reported done (Expand), and a retried
+// call resumes where the tag says. Thin LVs need none of this: their pool
+// zeroes every chunk it provisions (zeroing).
+const zeroTagPrefix = "pillar-csi.io_zero-from_"
+
+// zeroChunk is how much one blkdiscard zeroes before the tag records the
+// progress: a second or so on a disk that offloads zeroing, seconds to
+// tens of seconds on one that must write it, well inside the command
+// timeout.
+const zeroChunk = 1 << 30
+
+func zeroTag(from int64) string { return zeroTagPrefix + strconv.FormatInt(from, 10) }
+
+// zeroFrom returns the offset of the LV's zero tag; ok is false without
+// one.
+func (l *lv) zeroFrom() (from int64, ok bool) {
+	for _, t := range l.tags {
+		if v, found := strings.CutPrefix(t, zeroTagPrefix); found {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				return n, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// finishZeroing completes the zeroing of an LV that carries a zero tag.
+func (b *Backend) finishZeroing(ctx context.Context, id string, l *lv) error {
+	from, ok := l.zeroFrom()
+	if !ok {
+		return nil
+	}
+	dev, err := b.devicePath(ctx, id)
+	if err != nil {
+		return err
+	}
+	return b.zeroLV(ctx, l.name, dev, min(from, l.size), l.size)
+}
+
+// zeroLV overwrites bytes [from, to) of LV name (device dev) with zeroes
+// (blkdiscard --zeroout: the device's write-zeroes command where it has
+// one, written zeroes where not), a chunk at a time, each recorded in the
+// LV's zero tag, which it removes at the end. The LV carries zeroTag(from).
+func (b *Backend) zeroLV(ctx context.Context, name, dev string, from, to int64) error {
+	target := b.vg + "/" + name
+	tag := zeroTag(from)
+	for off := from; off < to; {
+		n := min(zeroChunk, to-off)
+		if _, err := b.run.Run(ctx, "blkdiscard", "--zeroout", "--offset", strconv.FormatInt(off, 10),
+			"--length", strconv.FormatInt(n, 10), dev); err != nil {
+			return fmt.Errorf("zeroing bytes %d to %d of %s, which may hold a deleted volume's data: %w", off, off+n, target, err)
+		}
+		if off += n; off < to {
+			next := zeroTag(off)
+			if _, err := b.lvm(ctx, "lvchange", "--deltag", tag, "--addtag", next, target); err != nil {
+				return classify(err)
+			}
+			tag = next
+		}
+	}
+	if _, err := b.lvm(ctx, "lvchange", "--deltag", tag, target); err != nil {
+		return classify(err)
+	}
+	return nil
 }
 
 // List implements backends.Backend.

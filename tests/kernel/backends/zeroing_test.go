@@ -272,3 +272,116 @@ func TestLVMLeakWithoutZeroing(t *testing.T) {
 		})
 	}
 }
+
+// oldData fills every free extent of vg with pattern through a linear LV
+// of the raw tools, then removes it, as a deleted tenant's volume leaves
+// them; it returns how many bytes it wrote.
+func oldData(t *testing.T, vg *fixture.VG, pattern []byte) int64 {
+	t.Helper()
+	lvm1(t, "lvcreate", "--yes", "--extents", "100%FREE", "--name", "old", vg.Name)
+	rows := lvsRows(t, "lv_size", vg.Name+"/old")
+	size, err := strconv.ParseInt(rows[0]["lv_size"], 10, 64)
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("lvs: %v", rows)
+	}
+	fixture.WriteAt(t, vg.DevicePath("old"), 0, bytes.Repeat(pattern, int(size)/len(pattern)))
+	lvm1(t, "lvremove", "--yes", vg.Name+"/old")
+	return size
+}
+
+// countOld counts the bytes of got that hold pattern at their offset off
+// (got starts at off on the device).
+func countOld(got, pattern []byte, off int64) int {
+	n := 0
+	for i, c := range got {
+		if c != 0 && c == pattern[(off+int64(i))%int64(len(pattern))] {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLVMLinearNoLeak: LVM hands a deleted LV's extents to the next LV as
+// they are. With lvcreate --zero y alone a new linear LV reads the old
+// data past its first 4 KiB (the control); the backend's Create and Expand
+// zero every extent they hand out, and a Create cut short while zeroing is
+// finished by its retry before the volume is returned.
+func TestLVMLinearNoLeak(t *testing.T) {
+	guest.RequireGuest(t)
+	vg := fixture.NewVG(t, fixture.VGOptions{Size: 96 * fixture.MiB})
+	pattern := []byte("old tenant data!")
+	b, err := lvm.New(lvm.Config{VolumeGroup: vg.Name})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("control", func(t *testing.T) {
+		size := oldData(t, vg, pattern)
+		lvm1(t, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y", "--size", strconv.FormatInt(size, 10)+"b", "--name", "plain", vg.Name)
+		got := fixture.ReadAt(t, vg.DevicePath("plain"), 0, int(size))
+		lvm1(t, "lvremove", "--yes", vg.Name+"/plain")
+		old := countOld(got, pattern, 0)
+		t.Logf("lvcreate --zero y: %d of %d bytes of the new LV hold the deleted LV's data", old, size)
+		if old == 0 {
+			t.Fatal("no old data in a plain new LV: this test could not see a leak")
+		}
+	})
+
+	t.Run("create-and-expand", func(t *testing.T) {
+		size := oldData(t, vg, pattern)
+		half := (size / 2) &^ (extent - 1)
+		v, err := b.Create(ctxT(t), "pvc-noleak", half)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Delete(context.Background(), "pvc-noleak") })
+		if old := countOld(fixture.ReadAt(t, v.DevicePath, 0, int(v.SizeBytes)), pattern, 0); old != 0 {
+			t.Fatalf("the new volume reads %d bytes of the deleted LV's data", old)
+		}
+		mine := bytes.Repeat([]byte{0x5a}, int(v.SizeBytes))
+		fixture.WriteAt(t, v.DevicePath, 0, mine)
+		// The rest of the group held the old data again.
+		lvm1(t, "lvcreate", "--yes", "--extents", "100%FREE", "--name", "old", vg.Name)
+		rest := lvsRows(t, "lv_size", vg.Name+"/old")[0]["lv_size"]
+		n, _ := strconv.ParseInt(rest, 10, 64)
+		fixture.WriteAt(t, vg.DevicePath("old"), 0, bytes.Repeat(pattern, int(n)/len(pattern)))
+		lvm1(t, "lvremove", "--yes", vg.Name+"/old")
+
+		grown, err := b.Expand(ctxT(t), "pvc-noleak", v.SizeBytes+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fixture.ReadAt(t, grown.DevicePath, 0, int(grown.SizeBytes))
+		if !bytes.Equal(got[:len(mine)], mine) {
+			t.Fatal("Expand changed the volume's own data")
+		}
+		grownRange := got[len(mine):]
+		if nonzero := len(grownRange) - bytes.Count(grownRange, []byte{0}); nonzero != 0 || int64(len(got)) != v.SizeBytes+n {
+			t.Fatalf("the grown range (%d bytes) reads %d bytes that are not zero", len(grownRange), nonzero)
+		}
+		if tags := lvsRows(t, "lv_tags", vg.Name+"/"+lvm.LVName(vg.Name, "pvc-noleak"))[0]["lv_tags"]; strings.Contains(tags, "zero-from") {
+			t.Errorf("a zero tag is left after Expand: %s", tags)
+		}
+	})
+
+	t.Run("create-resumed", func(t *testing.T) {
+		// A Create that died after lvcreate, before zeroing was done: the
+		// LV is there with its ownership tag and zero tag, on old data.
+		size := oldData(t, vg, pattern)
+		id := "pvc-resumed"
+		name := lvm.LVName(vg.Name, id)
+		lvm1(t, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y", "--activate", "y", "--setactivationskip", "n",
+			"--name", name, "--addtag", lvm.TagPrefix+id, "--addtag", "pillar-csi.io_zero-from_0", "--size", strconv.FormatInt(size, 10)+"b", vg.Name)
+		t.Cleanup(func() { b.Delete(context.Background(), id) })
+		v, err := b.Create(ctxT(t), id, size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old := countOld(fixture.ReadAt(t, v.DevicePath, 0, int(v.SizeBytes)), pattern, 0); old != 0 {
+			t.Fatalf("the retried Create returned a volume that reads %d bytes of the deleted LV's data", old)
+		}
+		if tags := lvsRows(t, "lv_tags", vg.Name+"/"+name)[0]["lv_tags"]; strings.Contains(tags, "zero-from") {
+			t.Errorf("a zero tag is left after the retried Create: %s", tags)
+		}
+	})
+}
