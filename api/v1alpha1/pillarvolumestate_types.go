@@ -177,8 +177,12 @@ type PillarVolumeStateStatus struct {
 // generation. Its name is the CSI volume ID and its UID is the volume's
 // lifecycle identity in fencing tokens.
 //
+// It is not in the "pillar" category of the objects an operator declares:
+// `kubectl delete pillar --all` must not condemn every volume. Its own
+// category is pillar-volumes (`kubectl get pillar-volumes`).
+//
 // +kubebuilder:object:root=true
-// +kubebuilder:resource:scope=Cluster,shortName=pvstate,categories=pillar
+// +kubebuilder:resource:scope=Cluster,shortName=pvstate,categories=pillar-volumes
 // +kubebuilder:subresource:status
 // +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.volumeID",message="metadata.name must equal spec.volumeID: there is exactly one PillarVolumeState per volume"
 // +kubebuilder:printcolumn:name="Store",type=string,JSONPath=`.spec.storeName`

@@ -257,8 +257,8 @@ func NewStepLog(log io.Writer) func(string) {
 func Diagnose(w io.Writer, c *cluster.Cluster) {
 	ctx := context.Background()
 	for _, args := range [][]string{
-		{"get", "pillar", "-o", "wide"},
-		{"describe", "pillar"},
+		{"get", "pillar,pillar-volumes", "-o", "wide"},
+		{"describe", "pillar,pillar-volumes"},
 		{"get", "pvc,pv,volumeattachment", "-A", "-o", "wide"},
 		{"describe", "pvc", "-A"},
 		{"describe", "pv"},
