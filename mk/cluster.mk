@@ -22,7 +22,12 @@ $(foreach t,$(CLUSTER_TOOLS),$(eval ldflags.$t = $$(ldflags.kube-apiserver)))
 CLUSTER_BINS := $(addprefix $(BIN)/,$(CLUSTER_TOOLS))
 
 .PHONY: cluster-tools
-cluster-tools: $(CLUSTER_BINS) $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm $(BIN)/registry $(IMAGEBUILD) ## Build the lab cluster's Kubernetes binaries (kubelet, controller-manager, scheduler, proxy, kubectl), its registry and the push tool into bin/
+cluster-tools: $(CLUSTER_BINS) $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm $(BIN)/registry $(IMAGEBUILD) $(BIN)/agent-probe ## Build the lab cluster's Kubernetes binaries (kubelet, controller-manager, scheduler, proxy, kubectl), its registry, the push tool and the agent probe into bin/
+
+# The stranger of tests/e2e/pillar's TestAgentRefusesStrangers: static, so
+# that a pod of any image runs it from bin/.
+$(BIN)/agent-probe: tests/go.mod $(wildcard tests/e2e/cmd/agent-probe/*.go) $(wildcard api/agentauth/*.go)
+	cd tests && GOWORK=off CGO_ENABLED=0 go build -trimpath -o $@ ./e2e/cmd/agent-probe
 
 # The lab cluster's private registry: the CNCF distribution registry, from
 # the Go module proxy at the version tests/tools/registry/go.mod pins.
@@ -54,7 +59,8 @@ e2e: pillar-lab images cluster-tools $(BIN)/e2e.test ## Boot a one-node Kubernet
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 75m tests/e2e/... -- -test.timeout 60m -test.skip '^TestPerformance$$' $(E2EFLAGS)
 
 # The end-to-end subset make check runs, in one guest: the install and the
-# rest of the README's quickstart, the ExportSpecMissing recovery
+# rest of the README's quickstart, strangers calling the agent from a pod
+# and the node's network (TestAgentRefusesStrangers), the ExportSpecMissing recovery
 # procedure of docs/troubleshooting.md, the storage node's agent restarted
 # with its exports wiped under a writing pod (TestStorageNodeRestart), and
 # the CI subset of the
@@ -70,10 +76,10 @@ e2e: pillar-lab images cluster-tools $(BIN)/e2e.test ## Boot a one-node Kubernet
 # force-detached, the volume lifecycles, the hostPath baseline and
 # csi-sanity among them), make e2e-two the tests that need two kernels,
 # make e2e-full the whole external-storage suite.
-E2E_CI_RUN ?= ^(TestInstall|TestQuickstart|TestExportSpecMissingRecovery|TestStorageNodeRestart|TestExternalStorage)$$
+E2E_CI_RUN ?= ^(TestInstall|TestQuickstart|TestAgentRefusesStrangers|TestExportSpecMissingRecovery|TestStorageNodeRestart|TestExternalStorage)$$
 
 .PHONY: e2e-ci
-e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end subset of make check in one guest (install, quickstart, ExportSpecMissing recovery, agent restart, external-storage specs) in the lab cluster (needs root)
+e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end subset of make check in one guest (install, quickstart, strangers refused by the agent, ExportSpecMissing recovery, agent restart, external-storage specs) in the lab cluster (needs root)
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 45m tests/e2e/pillar -- -test.timeout 40m -test.run '$(E2E_CI_RUN)' -cluster.import $(E2EFLAGS)
 
 # Two kernels (make e2e-two): the storage node is a guest of its own, the
