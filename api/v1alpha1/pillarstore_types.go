@@ -76,12 +76,15 @@ type ZFSStore struct {
 	// create -o name=value), for example compression=lz4 or
 	// volblocksize=16k. Applies to volumes created after the change. volsize
 	// and refreservation are derived from the volume's capacity and from
-	// sparse and cannot be set here.
+	// sparse and cannot be set here. volmode may only be dev (the default)
+	// or none: full or geom would expose each volume's partitions to the
+	// storage node's own kernel, which would then read what a tenant wrote.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32
 	// +kubebuilder:validation:XValidation:rule=`self.all(k, k.matches('^[a-z][a-z0-9_]*$') || k.matches('^[a-z0-9_.+-]+:[a-z0-9_.:+-]+$'))`,message="property names must be native ZFS properties (such as compression) or user properties (module:property)"
 	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k in ['volsize', 'refreservation', 'reservation'])",message="volsize, refreservation and reservation are set by pillar-csi from the volume's capacity and sparse; remove them from properties"
 	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 1024)",message="property values must be at most 1024 characters"
+	// +kubebuilder:validation:XValidation:rule="!has(self.volmode) || self.volmode in ['dev', 'none']",message="volmode must be dev (the default) or none: with full or geom the storage node's kernel would scan the partition tables and LVM labels a tenant writes into its volume"
 	Properties map[string]string `json:"properties,omitempty"`
 }
 

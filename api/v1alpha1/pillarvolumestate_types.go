@@ -94,6 +94,7 @@ type PillarVolumeStateSpec struct {
 // one namespace, reachable on an nvmet port.
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.subsystemNQN) || (has(self.subsystemNQN) && self.subsystemNQN == oldSelf.subsystemNQN)",message="subsystemNQN cannot be changed or removed once set: the storage node's subsystem and every connected initiator use it"
+// +kubebuilder:validation:XValidation:rule="!oldSelf.aclEnabled || self.aclEnabled",message="aclEnabled cannot go from true to false: it would open the volume's subsystem to every host that reaches the port"
 type ExportSpec struct {
 	// BindAddress is the address of the nvmet port (addr_traddr).
 	// +required
@@ -108,7 +109,8 @@ type ExportSpec struct {
 
 	// ACLEnabled restricts the subsystem to the host NQNs of the
 	// publications (allowed_hosts) instead of allow_any_host. No default:
-	// an export spec is stated, never guessed.
+	// an export spec is stated, never guessed. It may go from false to
+	// true, never back.
 	// +required
 	ACLEnabled *bool `json:"aclEnabled"`
 

@@ -95,6 +95,8 @@ var rules = []rule{
 	onCreate("zfs property values are bounded", zfsStore, func(o ps) {
 		o.Spec.ZFS.Properties = map[string]string{"io.pillar-csi:note": strings.Repeat("x", 1025)}
 	}, "spec.zfs.properties", "property values must be at most 1024 characters"),
+	onCreate("zfs volmode is dev or none", zfsStore, func(o ps) { o.Spec.ZFS.Properties = map[string]string{"volmode": "full"} },
+		"spec.zfs.properties", "volmode must be dev (the default) or none"),
 	onCreate("zfs properties are bounded", zfsStore, func(o ps) {
 		o.Spec.ZFS.Properties = map[string]string{}
 		for i := range 33 {
@@ -213,6 +215,8 @@ var rules = []rule{
 	onUpdate("export subsystemNQN is immutable", volumeState, func(o pvs) {
 		o.Spec.Export.SubsystemNQN = "nqn.2026-01.io.pillar-csi:volume:other"
 	}, "spec.export: Invalid value", "subsystemNQN cannot be changed or removed once set"),
+	onUpdate("export aclEnabled never turns off", volumeState, func(o pvs) { o.Spec.Export.ACLEnabled = ptr.To(false) },
+		"spec.export: Invalid value", "aclEnabled cannot go from true to false"),
 	onUpdate("publicationGeneration never decreases", volumeState, func(o pvs) { o.Spec.PublicationGeneration = 0 },
 		"spec.publicationGeneration", "publicationGeneration cannot decrease"),
 }
@@ -262,6 +266,28 @@ func TestFixturesAreValid(t *testing.T) {
 	} {
 		if err := k8s.Create(c, obj, strict); err != nil {
 			t.Errorf("%T %s: %v", obj, obj.GetName(), err)
+		}
+	}
+}
+
+// What the guard rails above still allow: an export's ACL turned on, and
+// the volmodes that expose no partitions to the storage node.
+func TestGuardRailsAllow(t *testing.T) {
+	c := ctx(t)
+	v := volumeState("acl-turned-on")
+	v.Spec.Export.ACLEnabled = ptr.To(false)
+	if err := k8s.Create(c, v, strict); err != nil {
+		t.Fatal(err)
+	}
+	v.Spec.Export.ACLEnabled = ptr.To(true)
+	if err := k8s.Update(c, v, strict); err != nil {
+		t.Errorf("aclEnabled false to true: %v", err)
+	}
+	for _, mode := range []string{"dev", "none"} {
+		s := zfsStore("volmode-" + mode)
+		s.Spec.ZFS.Properties = map[string]string{"volmode": mode}
+		if err := k8s.Create(c, s, strict); err != nil {
+			t.Errorf("volmode=%s: %v", mode, err)
 		}
 	}
 }

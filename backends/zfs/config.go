@@ -98,6 +98,9 @@ func (c *Config) validate() (int64, []string, error) {
 		if v == "" || len(v) > 1024 || strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 			return 0, nil, fmt.Errorf("property %s=%q: the value must be 1 to 1024 printable characters", k, v)
 		}
+		if k == "volmode" && v != "dev" && v != "none" {
+			return 0, nil, fmt.Errorf("property volmode=%s: must be dev (the default) or none; with full, geom or default the storage node's kernel would scan the partition tables and LVM labels a tenant writes into its volume", v)
+		}
 		if k == "volblocksize" {
 			n, err := parseBlockSize(v)
 			if err != nil {

@@ -37,6 +37,9 @@ func TestConfigRefused(t *testing.T) {
 		"ratio NaN":            {Pool: "tank", OvercommitRatio: math.NaN()},
 		"ratio Inf":            {Pool: "tank", OvercommitRatio: math.Inf(1)},
 		"negative timeout":     {Pool: "tank", DeviceTimeout: -1},
+		"volmode full":         {Pool: "tank", Properties: map[string]string{"volmode": "full"}},
+		"volmode geom":         {Pool: "tank", Properties: map[string]string{"volmode": "geom"}},
+		"volmode default":      {Pool: "tank", Properties: map[string]string{"volmode": "default"}},
 	} {
 		if _, err := zfs.New(c); !errors.Is(err, backends.ErrInvalidArgument) {
 			t.Errorf("%s: New(%+v) = %v, want ErrInvalidArgument", name, c, err)
@@ -54,11 +57,11 @@ func TestCreateOptions(t *testing.T) {
 		commandtest.Step{Argv: []string{"zfs", "list", "-Hp", "-r", "-t", "filesystem,volume", "-o",
 			"name,used,available,volsize,refreservation,referenced", "tank"}, Stdout: "tank\t100\t1000000\t-\t0\t24\n"},
 		commandtest.Step{Argv: []string{"zfs", "create", "-s", "-V", "16384",
-			"-o", "volblocksize=8192", "-o", "compression=lz4", "-o", "io.example:team=storage", "-o", "volmode=full",
+			"-o", "volblocksize=8192", "-o", "compression=lz4", "-o", "io.example:team=storage", "-o", "volmode=none",
 			"-o", "io.pillar-csi:volume-id=pvc-1", "tank/pvc-1"}},
 	)
 	b, err := zfs.New(zfs.Config{Pool: "tank", Sparse: true, Runner: r,
-		Properties: map[string]string{"volmode": "full", "volblocksize": "8K", "compression": "lz4", "io.example:team": "storage"}})
+		Properties: map[string]string{"volmode": "none", "volblocksize": "8K", "compression": "lz4", "io.example:team": "storage"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,9 +29,10 @@
 //     minor ZFS gives again to another zvol is a new disk with a new
 //     diskseq. A remembered answer is confirmed by asking that one device
 //     before it is returned.
-//   - zvols are created with volmode=dev unless the properties say
-//     otherwise: the storage node exposes the whole device and never scans
-//     the partition table a tenant wrote inside it.
+//   - zvols are created with volmode=dev, or none when the properties say
+//     so, and no other: the storage node exposes the whole device and
+//     never scans the partition table or LVM label a tenant wrote inside
+//     it (full, geom and default are refused by New).
 //   - Failures are reported with exit status 1 and an English message on
 //     standard error ("dataset already exists", "parent does not exist",
 //     "out of space", "dataset is busy", "no such pool"); usage errors with
