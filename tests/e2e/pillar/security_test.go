@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,13 +29,20 @@ var probeCalls = []string{"ListExports", "CreateVolume", "DeleteVolume"}
 // answered UNAUTHENTICATED.
 func wantRefused(t *testing.T, who string, out string, runs int) {
 	t.Helper()
-	lines := strings.Fields(strings.ReplaceAll(out, "\n", " "))
-	if len(lines) != 2*runs*len(probeCalls) {
+	// The verdicts are the "<call> <code>" lines; the errors' details,
+	// "<call>: <error>" on standard error, may be interleaved with them.
+	var verdicts [][]string
+	for l := range strings.SplitSeq(out, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && slices.Contains(probeCalls, f[0]) {
+			verdicts = append(verdicts, f)
+		}
+	}
+	if len(verdicts) != runs*len(probeCalls) {
 		t.Fatalf("%s: agent-probe printed %q, want %d runs of %v", who, out, runs, probeCalls)
 	}
-	for i := 0; i < len(lines); i += 2 {
-		if lines[i] != probeCalls[(i/2)%len(probeCalls)] || lines[i+1] != "Unauthenticated" {
-			t.Errorf("%s: %s answered %s, want Unauthenticated", who, lines[i], lines[i+1])
+	for i, v := range verdicts {
+		if v[0] != probeCalls[i%len(probeCalls)] || v[1] != "Unauthenticated" {
+			t.Errorf("%s: %s answered %s, want Unauthenticated", who, v[0], v[1])
 		}
 	}
 }
