@@ -32,6 +32,11 @@ const (
 	// not ended, and the token's lifecycle is not known to have ended
 	// (rule 11).
 	ReasonLifecycleReplaced
+	// ReasonUnmarked: the volume has no mark, yet its resources exist on
+	// the storage node (rule 19): the marks were lost or never written,
+	// and admitting a first lifecycle would hand an existing volume to any
+	// token. An operator adopts the volume for its lifecycle first.
+	ReasonUnmarked
 )
 
 var reasonNames = [...]string{
@@ -42,6 +47,7 @@ var reasonNames = [...]string{
 	ReasonStaleGeneration:   "STALE_GENERATION",
 	ReasonLifecycleEnded:    "LIFECYCLE_ENDED",
 	ReasonLifecycleReplaced: "LIFECYCLE_REPLACED",
+	ReasonUnmarked:          "UNMARKED",
 }
 
 // String returns the reason's stable upper-case name, for example

@@ -59,11 +59,22 @@
 //	16    ended(U, G)         u != U, otherwise, mutate         accept (new)          active(u, g)
 //	17    ended(U, G)         u != U, otherwise, end            accept (new, ended)   ended(u, g), history+u
 //	18    any                 accepted above, g > B + MaxGenerationStep   MALFORMED   unchanged
+//	19    none                accepted by 5 or 6, the volume's resources exist   UNMARKED   none
 //
 // Rule 18 turns an acceptance by rules 5 to 17 into a refusal: B is G when
 // the mark's lifecycle is u, else 0. It bounds how far one request can move a lifecycle's
 // generation, so that no request can make every later one of its
 // lifecycle stale (generation 2^64-1).
+//
+// Rule 19 makes a missing mark fail closed. Rules 5 and 6 admit the first
+// lifecycle of a volume ID, which is right for a volume that does not
+// exist yet, and wrong for one whose mark was lost (a wiped or replaced
+// directory, a disk that was not mounted): any token would then own it,
+// and a made-up DeleteVolume would destroy it. Only the caller knows
+// whether a volume's resources exist, so Store.DoChecked asks it, under the
+// volume's lock and only when there is no mark. Store.Adopt is the
+// operator's way back: it writes the mark of the lifecycle the cluster's
+// record names, and only where there is none.
 //
 // An equal generation is accepted (rules 8 and 14), so a retried request is
 // idempotent; it writes nothing. Generations are compared only within one
@@ -75,7 +86,8 @@
 // a tombstone, so the create, arriving late, is refused. The Store applies
 // rules 1 and 2 before it reads the mark, and rule 3 when it reads it;
 // Decide implements rules 1, 2 (for the token and kind) and 4 to 18 as a
-// pure function. No rule depends on the clock.
+// pure function, and Store.DoChecked adds rule 19. No rule depends on the
+// clock.
 //
 // # Retirement
 //
@@ -133,6 +145,10 @@
 //     every lifecycle it can still read from it to the ledger. Its
 //     documentation states what stays refused and what the lost history
 //     gives up; the loss must be accepted explicitly.
+//   - UNMARKED: the volume exists on the storage node but its mark was
+//     lost (rule 19). Store.Adopt writes the mark of the lifecycle and
+//     generation the operator reads from the cluster, only where no mark
+//     file exists and only for a lifecycle the ledger does not list.
 //   - A ledger that cannot be read makes Open fail. ResetLedger keeps every
 //     whole record of it (the format has one checksum for the whole file,
 //     so a damaged record cannot be told from an intact one, and keeping a

@@ -12,7 +12,7 @@ import (
 	"time"
 )
 
-// ErrRecoveryRefused is wrapped by every error with which EndLifecycle,
+// ErrRecoveryRefused is wrapped by every error with which EndLifecycle, Adopt,
 // ResetMark or ResetLedger refuse to change anything: the state on disk is
 // not the one the operator named, or the change could let a stale
 // lifecycle write again. Nothing was written.
@@ -422,4 +422,70 @@ func (s *Store) beginRecovery(ctx context.Context, op, volumeID, uid string) (pa
 		return "", nil, &Error{Op: op, VolumeID: volumeID, Path: path, Err: err}
 	}
 	return path, func() { unlock(); s.life.RUnlock() }, nil
+}
+
+// AdoptOptions state the lifecycle Adopt writes for a volume whose mark was
+// lost.
+type AdoptOptions struct {
+	// Token is the lifecycle that holds the volume and its current
+	// generation, as the cluster records them: the metadata.uid and
+	// spec.publicationGeneration of the volume's PillarVolumeState.
+	Token Token
+	// Ended writes Token's lifecycle as ended (a tombstone): for a
+	// PillarVolumeState that is being deleted, so that its DeleteVolume,
+	// retried, is admitted (rule 14) and nothing else of it is.
+	Ended bool
+	// DryRun checks everything and reports what would be written, writing
+	// nothing.
+	DryRun bool
+}
+
+// Adopt writes the mark of a volume that exists on the storage node without
+// one (refused with UNMARKED, rule 19): the lifecycle and generation the
+// operator reads from the volume's PillarVolumeState become the mark, as if
+// the lost mark had held them. It refuses (ErrRecoveryRefused) a volume
+// that has a mark file, readable or not (EndLifecycle and ResetMark are for
+// those), and a lifecycle the ledger lists as retired. It returns the mark
+// written (in a dry run: that would be).
+//
+// What stays safe: from then on the volume is fenced as before its mark
+// was lost, for the lifecycle the cluster holds. What the lost mark knew
+// and the cluster does not (lifecycles of this volume ID that ended before,
+// unless the ledger has them) is gone with it; pillar-controller never
+// reuses a volume ID for a new PersistentVolume, so no such lifecycle
+// comes back.
+func (s *Store) Adopt(ctx context.Context, volumeID string, opts AdoptOptions) (*Mark, error) {
+	const op = "adopt"
+	u, g := opts.Token.UID, opts.Token.Generation
+	path, done, err := s.beginRecovery(ctx, op, volumeID, u)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	fail := func(err error) (*Mark, error) {
+		return nil, &Error{Op: op, VolumeID: volumeID, Path: path, Err: err}
+	}
+	switch _, err := os.Lstat(path); {
+	case err == nil:
+		return fail(refuseRecovery("the volume has a mark file; adopt writes only a missing mark (a damaged one is replaced with ResetMark, an active lifecycle ended with EndLifecycle)"))
+	case !errors.Is(err, fs.ErrNotExist):
+		return fail(err)
+	}
+	if s.ledger.Load().contains(fingerprintOf(volumeID, u)) {
+		return fail(refuseRecovery("lifecycle %q of this volume is in the ledger of retired lifecycles: it ended and can never hold the volume again", u))
+	}
+	if g == 0 {
+		return fail(refuseRecovery("generation 0: read spec.publicationGeneration from the volume's PillarVolumeState"))
+	}
+	m := &Mark{Phase: PhaseActive, UID: u, Generation: g}
+	if opts.Ended {
+		m = &Mark{Phase: PhaseEnded, UID: u, Generation: g, History: []EndedLifecycle{{UID: u, At: s.now()}}}
+	}
+	if opts.DryRun {
+		return m, nil
+	}
+	if err := s.writeMark(ctx, volumeID, path, m.clone()); err != nil {
+		return fail(err)
+	}
+	return m, nil
 }

@@ -221,7 +221,7 @@ func (s *Store) End(ctx context.Context, volumeID string, tok Token) (*Mark, err
 func (s *Store) once(ctx context.Context, op string, k Kind, id string, tok Token) (*Mark, error) {
 	s.life.RLock()
 	defer s.life.RUnlock()
-	m, unlock, err := s.admit(ctx, op, k, id, tok)
+	m, unlock, err := s.admit(ctx, op, k, id, tok, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -238,13 +238,30 @@ func (s *Store) once(ctx context.Context, op string, k Kind, id string, tok Toke
 //
 // fn should honour ctx: other requests for the volume wait for it.
 func (s *Store) Do(ctx context.Context, volumeID string, k Kind, tok Token, fn func(context.Context) error) error {
+	return s.DoChecked(ctx, volumeID, k, tok, nil, fn)
+}
+
+// Exists reports whether a volume's resources exist on the storage node
+// (a backend volume, an export). Store.DoChecked calls it to tell a volume
+// that was never created from one whose mark was lost.
+type Exists func(ctx context.Context) (bool, error)
+
+// DoChecked is Do for a caller that can tell whether the volume exists: when
+// the volume has no mark, exists is called under the volume's lock, and a
+// volume that exists is refused with UNMARKED (rule 19) instead of being
+// handed to the token's lifecycle by rule 5 or 6. An error of exists
+// refuses the request too (not as a fencing rejection): the store never
+// guesses that a volume is new. exists is not called when the volume has a
+// mark, so it costs nothing after a volume's first request. A nil exists
+// is Do.
+func (s *Store) DoChecked(ctx context.Context, volumeID string, k Kind, tok Token, exists Exists, fn func(context.Context) error) error {
 	s.life.RLock()
 	defer s.life.RUnlock()
 	op := "do"
 	if k == KindEnd {
 		op = "do end"
 	}
-	_, unlock, err := s.admit(ctx, op, k, volumeID, tok)
+	_, unlock, err := s.admit(ctx, op, k, volumeID, tok, exists)
 	if err != nil {
 		return err
 	}
@@ -255,7 +272,8 @@ func (s *Store) Do(ctx context.Context, volumeID string, k Kind, tok Token, fn f
 // admit runs the decision table for one request and, if it is accepted,
 // makes the next mark durable. On success the caller holds the volume's
 // lock and must call unlock. The caller holds s.life for reading.
-func (s *Store) admit(ctx context.Context, op string, k Kind, id string, tok Token) (*Mark, func(), error) {
+// A nil exists skips rule 19.
+func (s *Store) admit(ctx context.Context, op string, k Kind, id string, tok Token, exists Exists) (*Mark, func(), error) {
 	if s.closed {
 		return nil, nil, &Error{Op: op, VolumeID: id, Path: s.dir, Err: ErrClosed}
 	}
@@ -284,6 +302,18 @@ func (s *Store) admit(ctx context.Context, op string, k Kind, id string, tok Tok
 	if !d.Accepted() {
 		unlock()
 		return nil, nil, refusal(op, id, path, d)
+	}
+	if cur == nil && exists != nil {
+		found, err := exists(ctx)
+		if err != nil {
+			unlock()
+			return nil, nil, &Error{Op: op, VolumeID: id, Path: path, Err: fmt.Errorf("checking whether the unmarked volume exists: %w", err)}
+		}
+		if found {
+			unlock()
+			return nil, nil, refusal(op, id, path, reject(19, ReasonUnmarked,
+				"the volume has no mark, yet it exists on this storage node: its mark was lost; adopt it for the lifecycle its PillarVolumeState names (pillar-agent marks adopt)"))
+		}
 	}
 	if d.Changed {
 		if err := s.writeMark(ctx, id, path, d.Mark); err != nil {

@@ -162,6 +162,8 @@
 //	pillar-agent marks end -uid U VOLUME              end the mark's active lifecycle U (LIFECYCLE_REPLACED)
 //	pillar-agent marks reset -uid U -generation G [-ended] [-accept-loss] VOLUME
 //	                                                  replace a damaged mark (MARK_UNREADABLE)
+//	pillar-agent marks adopt -uid U -generation G [-ended] VOLUME
+//	                                                  write the lost mark of a volume that exists (UNMARKED)
 //	pillar-agent marks reset-ledger [-accept-loss]    replace a damaged ledger, which stops the agent from starting
 //
 // Every command takes -generations-dir (default
@@ -291,6 +293,44 @@
 // file that lists UID as ended unless -ended (an active mark would let it
 // write again), a GENERATION below the one an intact file records for UID,
 // and a file of a later format version (run the later release's tool).
+//
+// # UNMARKED: adopt a volume whose mark was lost
+//
+// A volume that exists on the storage node (its zvol or LV, or its nvmet
+// subsystem) but has no mark is refused for every change, whatever the
+// token (rule 19 of the fencing table): its mark was lost, with a wiped or
+// replaced -generations-dir, or a disk that was not mounted when the agent
+// started. Without the rule the first token to arrive, even a made-up one,
+// would own the volume, and a DeleteVolume would destroy it. The agent
+// logs "refused by fencing" with reason UNMARKED; the controller records a
+// FencingRefused event on the PillarVolumeState. Exports keep serving I/O:
+// nvmet's configuration is kernel state. New volumes are created as
+// usual.
+//
+// Find out first why the marks are gone (pillar-agent marks list shows
+// what the directory holds; is it the right disk?): if the old directory
+// can be mounted back, do that and restart the agent instead. Otherwise,
+// for each refused volume whose PillarVolumeState exists, read its
+// lifecycle from the cluster:
+//
+//	kubectl get pillarvolumestate VOLUME -o jsonpath='{.metadata.uid} {.spec.publicationGeneration} {.metadata.deletionTimestamp}'
+//
+// With the agent stopped, run "pillar-agent marks adopt -uid UID
+// -generation GENERATION VOLUME" (-ended if the object has a
+// deletionTimestamp), read what it would write, and run it again with
+// -yes; restart pillar-controller and start the agent. The volume is then
+// fenced as before for that lifecycle: any other UID is refused
+// (LIFECYCLE_REPLACED), UID below GENERATION too (STALE_GENERATION). adopt
+// refuses a volume that has a mark file (readable or not) and a UID the
+// ledger lists as retired. A volume that no PillarVolumeState names is not
+// the cluster's: leave it refused, and destroy it by hand once you know
+// whose it was.
+//
+// What the lost directory knew and the cluster does not is gone with it:
+// the lifecycles of deleted volumes (their tombstones and the ledger). A
+// controller that still held a token of such a lifecycle could have its
+// late CreateVolume admitted as new; the controller restart above ends
+// every such process, and pillar-controller never reuses a volume ID.
 //
 // # A damaged ledger
 //

@@ -89,6 +89,7 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"retire", "-grace", "720h", "-keep", "a", "-keep", "b", "-yes"}, Options{Command: "retire", Dir: fencing.DefaultDir, Grace: 720 * time.Hour, Keep: []string{"a", "b"}, Yes: true, LockTimeout: DefaultLockTimeout}},
 		{[]string{"end", "-uid", uidOld, "pvc-1"}, Options{Command: "end", Dir: fencing.DefaultDir, Volume: "pvc-1", UID: uidOld, LockTimeout: DefaultLockTimeout}},
 		{[]string{"reset", "pvc-1", "-uid", uidOld, "-generation", "0", "-ended", "-accept-loss", "-lock-timeout", "1s"}, Options{Command: "reset", Dir: fencing.DefaultDir, Volume: "pvc-1", UID: uidOld, Ended: true, AcceptLoss: true, LockTimeout: time.Second}},
+		{[]string{"adopt", "-uid", uidOld, "-generation", "7", "-ended", "-yes", "pvc-1"}, Options{Command: "adopt", Dir: fencing.DefaultDir, Volume: "pvc-1", UID: uidOld, Generation: 7, Ended: true, Yes: true, LockTimeout: DefaultLockTimeout}},
 		{[]string{"reset-ledger", "-accept-loss", "-yes"}, Options{Command: "reset-ledger", Dir: fencing.DefaultDir, AcceptLoss: true, Yes: true, LockTimeout: DefaultLockTimeout}},
 	} {
 		got, err := ParseArgs(tc.args, io.Discard)
@@ -117,6 +118,9 @@ func TestParseArgs(t *testing.T) {
 		{[]string{"end", "pvc-1"}, "-uid: required"},
 		{[]string{"end", "-uid", "has space", "pvc-1"}, "-uid: malformed"},
 		{[]string{"reset", "-uid", uidOld, "pvc-1"}, "-generation: required"},
+		{[]string{"adopt", "-uid", uidOld, "pvc-1"}, "-generation: required"},
+		{[]string{"adopt", "-generation", "3", "pvc-1"}, "-uid: required"},
+		{[]string{"adopt", "-uid", uidOld, "-generation", "3", "-accept-loss", "pvc-1"}, "not defined: -accept-loss"},
 		{[]string{"end", "-uid", uidOld, "-accept-loss", "pvc-1"}, "not defined: -accept-loss"},
 		{[]string{"show", "-generations-dir", "", "pvc-1"}, "-generations-dir: must not be empty"},
 		{[]string{"end", "-uid", uidOld, "-lock-timeout", "0s", "pvc-1"}, "-lock-timeout"},
@@ -292,6 +296,44 @@ func TestEnd(t *testing.T) {
 	}
 	if _, err := s.Advance(ctx, "pvc-1", fencing.Token{UID: uidOld, Generation: 9}); fencing.RejectionReason(err) != fencing.ReasonLifecycleEnded {
 		t.Errorf("the ended lifecycle once the new one holds the volume: %v, want LIFECYCLE_ENDED", err)
+	}
+}
+
+// TestAdoptCommand: adopt writes a lost mark only with -yes, only where no
+// mark file exists, and the adopted lifecycle is then fenced as before.
+func TestAdoptCommand(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir)
+	if _, err := s.Advance(ctx, "pvc-1", fencing.Token{UID: uidOld, Generation: 4}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	_, err := run(t, "adopt", "-uid", uidNew, "-generation", "2", "-yes", "-generations-dir", dir, "pvc-1")
+	if !errors.Is(err, fencing.ErrRecoveryRefused) || !strings.Contains(err.Error(), "has a mark file") {
+		t.Errorf("adopt of a marked volume: %v", err)
+	}
+	out, err := run(t, "adopt", "-uid", uidNew, "-generation", "3", "-generations-dir", dir, "pvc-lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "adopt dry run", out, `volume pvc-lost has no mark; would write the mark active "`+uidNew+`"@3`, "dry run: nothing was written")
+	if mf, err := fencing.InspectMark(dir, "pvc-lost"); err == nil && mf.Mark != nil {
+		t.Fatalf("the dry run wrote %v", mf.Mark)
+	}
+	out, err = run(t, "adopt", "-uid", uidNew, "-generation", "3", "-yes", "-generations-dir", dir, "pvc-lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "adopt", out, `volume pvc-lost: wrote the mark active "`+uidNew+`"@3`)
+
+	s = open(t, dir)
+	if _, err := s.Advance(ctx, "pvc-lost", fencing.Token{UID: uidNew, Generation: 3}); err != nil {
+		t.Errorf("the adopted lifecycle: %v", err)
+	}
+	if _, err := s.Advance(ctx, "pvc-lost", fencing.Token{UID: uidX, Generation: 1}); fencing.RejectionReason(err) != fencing.ReasonLifecycleReplaced {
+		t.Errorf("another lifecycle after adopt: %v, want LIFECYCLE_REPLACED", err)
 	}
 }
 

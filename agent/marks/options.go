@@ -23,6 +23,7 @@ const (
 	CommandRetire      = "retire"
 	CommandEnd         = "end"
 	CommandReset       = "reset"
+	CommandAdopt       = "adopt"
 	CommandResetLedger = "reset-ledger"
 )
 
@@ -32,7 +33,7 @@ type Options struct {
 	Command string
 	// Dir is the fencing directory, the agent's -generations-dir.
 	Dir string
-	// Volume is the volume ID of show, end and reset.
+	// Volume is the volume ID of show, end, reset and adopt.
 	Volume string
 	// JSON selects JSON output for list and show.
 	JSON bool
@@ -40,11 +41,11 @@ type Options struct {
 	Grace time.Duration
 	// Keep are volumes retire leaves alone.
 	Keep []string
-	// UID is the lifecycle of end and reset.
+	// UID is the lifecycle of end, reset and adopt.
 	UID string
-	// Generation is reset's generation.
+	// Generation is the generation of reset and adopt.
 	Generation uint64
-	// Ended makes reset write a tombstone.
+	// Ended makes reset and adopt write a tombstone.
 	Ended bool
 	// AcceptLoss lets reset and reset-ledger go ahead although they lose
 	// ended lifecycles the damaged file held.
@@ -103,6 +104,16 @@ as ended (unless -ended) are refused. Unless the damaged file's list of
 ended lifecycles reads back intact, -accept-loss is required: a lifecycle
 that ended on the volume before the damage and cannot be read back would
 be admitted again once -uid ends.`},
+	CommandAdopt: {"-uid UID -generation N VOLUME", "write the lost mark (UNMARKED) of a volume that exists: lifecycle UID at generation N",
+		`Writes the mark of VOLUME, which exists on this storage node but has no
+mark (pillar-agent refuses every change of it with UNMARKED: its mark was
+lost with a wiped or replaced directory, or a disk that was not mounted),
+for the lifecycle and generation the cluster records:
+  kubectl get pillarvolumestate VOLUME -o jsonpath='{.metadata.uid} {.spec.publicationGeneration}'
+Use -ended if the object has a deletionTimestamp. A volume that has a mark
+file (readable or not) and a retired -uid are refused. Adopt only volumes
+whose PillarVolumeState exists: a volume that no PillarVolumeState names is
+not the cluster's, and stays refused until an operator removes it.`},
 	CommandResetLedger: {"", "replace a damaged ledger of retired lifecycles with its whole records",
 		`Replaces the ledger of retired lifecycles, which pillar-agent refuses to
 start without, by one holding every whole record of the damaged file (the
@@ -112,7 +123,7 @@ damaged file is kept under damaged/. What the damaged or cut-off records
 held is lost, so -accept-loss is always required.`},
 }
 
-var order = []string{CommandList, CommandShow, CommandRetire, CommandEnd, CommandReset, CommandResetLedger}
+var order = []string{CommandList, CommandShow, CommandRetire, CommandEnd, CommandReset, CommandAdopt, CommandResetLedger}
 
 // usage is the text of pillar-agent marks -h.
 func usage() string {
@@ -189,7 +200,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 		})
 	case CommandEnd:
 		fs.StringVar(&o.UID, "uid", "", "the lifecycle `UID` to end: the mark's active lifecycle, whose PillarVolumeState is gone (required)")
-	case CommandReset:
+	case CommandReset, CommandAdopt:
 		fs.StringVar(&o.UID, "uid", "", "the volume's lifecycle `UID`: its PillarVolumeState's metadata.uid (required)")
 		fs.Uint64Var(&o.Generation, "generation", 0, "the lifecycle's current `generation`: its PillarVolumeState's spec.publicationGeneration (required)")
 		fs.BoolVar(&o.Ended, "ended", false, "write the lifecycle as ended: for a PillarVolumeState that is being deleted (it has a deletionTimestamp)")
@@ -252,14 +263,14 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 		if o.Grace < 0 {
 			return bad("-grace: %v is negative", o.Grace)
 		}
-	case CommandEnd, CommandReset:
+	case CommandEnd, CommandReset, CommandAdopt:
 		if !set["uid"] {
 			return bad("-uid: required")
 		}
 		if err := (fencing.Token{UID: o.UID, Generation: 1}).Validate(); err != nil {
 			return bad("-uid: %v", err)
 		}
-		if o.Command == CommandReset && !set["generation"] {
+		if o.Command != CommandEnd && !set["generation"] {
 			return bad("-generation: required: the PillarVolumeState's spec.publicationGeneration")
 		}
 	}

@@ -77,6 +77,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return end(ctx, s, o, out)
 	case CommandReset:
 		return reset(ctx, s, o, out)
+	case CommandAdopt:
+		return adopt(ctx, s, o, out)
 	}
 	return fmt.Errorf("marks: unknown command %q", o.Command)
 }
@@ -186,6 +188,20 @@ func reset(ctx context.Context, s *fencing.Store, o Options, out io.Writer) erro
 		fmt.Fprintf(out, "wrote %d lifecycles to the ledger as ended\n", len(res.Ledgered))
 	}
 	fmt.Fprintf(out, "wrote the mark %v (%s)\n", res.Mark, res.Path)
+	return nil
+}
+
+func adopt(ctx context.Context, s *fencing.Store, o Options, out io.Writer) error {
+	m, err := s.Adopt(ctx, o.Volume, fencing.AdoptOptions{Token: fencing.Token{UID: o.UID, Generation: o.Generation}, Ended: o.Ended, DryRun: !o.Yes})
+	if err != nil {
+		return err
+	}
+	if !o.Yes {
+		fmt.Fprintf(out, "volume %s has no mark; would write the mark %v\n", showID(o.Volume), m)
+		dryRunFooter(out)
+		return nil
+	}
+	fmt.Fprintf(out, "volume %s: wrote the mark %v\n", showID(o.Volume), m)
 	return nil
 }
 

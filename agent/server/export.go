@@ -185,7 +185,7 @@ func (s *Server) export(ctx context.Context, op string, a exportArgs) (*agentv1.
 	ident, t, b, spec := p.ident, p.tcp, p.backend, p.spec
 	log := s.log.With("volume_id", id, "store", spec.String())
 	var out configfs.Export
-	err = s.fenced(ctx, op, id, fencing.KindMutate, a.token, func(ctx context.Context) error {
+	err = s.fenced(ctx, op, id, fencing.KindMutate, a.token, s.exists(b, id), func(ctx context.Context) error {
 		// The device is looked up on every call: after a reboot a zvol
 		// may come back as another /dev/zdN.
 		dev, err := b.DevicePath(ctx, id)
@@ -263,7 +263,7 @@ func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolume
 		return nil, err
 	}
 	log := s.log.With("volume_id", id)
-	err := s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), func(ctx context.Context) error {
+	err := s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), s.exists(nil, id), func(ctx context.Context) error {
 		if err := s.nvmet.Remove(ctx, ident.SubsystemNQN); err != nil {
 			log.Error("unexport failed", "nqn", ident.SubsystemNQN, "error", err)
 			return toStatus(ctx, op, id, err)
@@ -337,7 +337,7 @@ func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *
 		return err
 	}
 	log := s.log.With("volume_id", id)
-	return s.fenced(ctx, op, id, fencing.KindMutate, pt, func(ctx context.Context) error {
+	return s.fenced(ctx, op, id, fencing.KindMutate, pt, s.exists(nil, id), func(ctx context.Context) error {
 		// One export, not the whole tree: an access-list change runs on
 		// every ControllerPublish and must not cost more with every
 		// volume the node exports.

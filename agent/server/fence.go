@@ -7,6 +7,8 @@ import (
 	"time"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/api/export"
+	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/fencing"
 	"github.com/pillar-csi/pillar-csi/fencing/grpcstatus"
 	"google.golang.org/grpc/status"
@@ -38,9 +40,12 @@ import (
 // hundred concurrent creates, each retried while queued, made provisioning
 // 3.5 times slower than one at a time.
 //
+// A volume without a mark is admitted only if it does not exist (rule 19
+// of the fencing table, see exists): a lost marks directory fails closed.
+//
 // A refused token returns FAILED_PRECONDITION with a FencingRejection
 // detail and act never runs. act must return gRPC status errors.
-func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func(context.Context) error) error {
+func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, pt *agentv1.FencingToken, exists fencing.Exists, act func(context.Context) error) error {
 	unlock, err := s.locks.lock(ctx, id, op)
 	if err != nil {
 		return err
@@ -48,7 +53,7 @@ func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, p
 	defer unlock()
 	tok := tokenOf(pt)
 	admitted := false
-	err = s.marks.Do(ctx, id, kind, tok, func(ctx context.Context) error {
+	err = s.marks.DoChecked(ctx, id, kind, tok, exists, func(ctx context.Context) error {
 		admitted = true
 		actx, cancel := detach(ctx)
 		defer cancel()
@@ -58,6 +63,31 @@ func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, p
 		return s.fenceError(ctx, op, id, pt, err)
 	}
 	return err
+}
+
+// exists is the check of fencing rule 19 for volume id, asked only when
+// the volume has no mark: does its nvmet subsystem exist, or (when b is
+// the request's backend) its backend volume? A volume whose name is taken
+// by something id does not own is not id's, so it does not count: the
+// backend refuses it on its own terms.
+func (s *Server) exists(b backends.Backend, id string) fencing.Exists {
+	return func(ctx context.Context) (bool, error) {
+		ident, err := export.For(id)
+		if err != nil {
+			return false, err
+		}
+		if _, ok, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN); err != nil || ok || b == nil {
+			return ok, err
+		}
+		switch _, err := b.Get(ctx, id); {
+		case err == nil:
+			return true, nil
+		case backends.IsNotFound(err), backends.IsConflict(err):
+			return false, nil
+		default:
+			return false, err
+		}
+	}
 }
 
 // actTimeout bounds an admitted operation once it no longer follows its
@@ -152,6 +182,8 @@ func rejectionReason(r fencing.Reason) agentv1.FencingRejection_Reason {
 		return agentv1.FencingRejection_REASON_LIFECYCLE_REPLACED
 	case fencing.ReasonMarkUnreadable:
 		return agentv1.FencingRejection_REASON_MARK_UNREADABLE
+	case fencing.ReasonUnmarked:
+		return agentv1.FencingRejection_REASON_UNMARKED
 	}
 	return agentv1.FencingRejection_REASON_UNSPECIFIED
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -108,51 +109,7 @@ func TestFencingRejectionChangesNothing(t *testing.T) {
 		return b
 	}
 	beforeTree, beforeMutations, beforeMark := h.nv.snapshot(t), len(h.be.mutations()), markFile()
-	host := "nqn.2014-08.org.example:node-b"
-	calls := map[string]func(tk *agentv1.FencingToken) error{
-		"CreateVolume": func(tk *agentv1.FencingToken) error {
-			_, err := h.c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore, CapacityBytes: 8 << 20})
-			return err
-		},
-		"ExpandVolume": func(tk *agentv1.FencingToken) error {
-			_, err := h.c.ExpandVolume(ctxT(t), &agentv1.ExpandVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore, CapacityBytes: 8 << 20})
-			return err
-		},
-		"ExportVolume": func(tk *agentv1.FencingToken) error {
-			_, err := h.c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore,
-				Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: "198.51.100.1", Port: 4421}}})
-			return err
-		},
-		"UnexportVolume": func(tk *agentv1.FencingToken) error {
-			_, err := h.c.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id})
-			return err
-		},
-		"AllowHost": func(tk *agentv1.FencingToken) error {
-			_, err := h.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tk, VolumeId: id, HostNqn: host})
-			return err
-		},
-		"DenyHost": func(tk *agentv1.FencingToken) error {
-			_, err := h.c.DenyHost(ctxT(t), &agentv1.DenyHostRequest{FencingToken: tk, VolumeId: id, HostNqn: "nqn.2014-08.org.example:node-a"})
-			return err
-		},
-		"DeleteVolume": func(tk *agentv1.FencingToken) error {
-			_, err := h.c.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore})
-			return err
-		},
-		"Reconcile": func(tk *agentv1.FencingToken) error {
-			r, err := h.c.Reconcile(ctxT(t), &agentv1.ReconcileRequest{Exports: []*agentv1.DesiredExport{{FencingToken: tk, VolumeId: id,
-				Store: lvmStore, Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: tcp(false)}}}})
-			if err != nil {
-				return err
-			}
-			res := r.GetResults()[0]
-			if codes.Code(res.GetCode()) != codes.FailedPrecondition || res.GetFencingRejection() == nil {
-				t.Errorf("Reconcile entry: %v", res)
-				return nil
-			}
-			return agentv1.NewFencingError(res.GetFencingRejection(), res.GetMessage())
-		},
-	}
+	calls := fencedCalls(t, h, id)
 	for _, c := range []struct {
 		name string
 		tk   *agentv1.FencingToken
@@ -200,6 +157,112 @@ func TestFencingRejectionChangesNothing(t *testing.T) {
 	}
 	if !slices.Equal(markFile(), beforeMark) {
 		t.Error("the mark file changed")
+	}
+}
+
+// TestLostMarksFailClosed: with the marks directory wiped under a running
+// agent, a volume that exists is refused for every mutating call and every
+// token (UNMARKED), and nothing changes on the node; a new volume is
+// still created; once an operator adopts the lost volume for its
+// lifecycle, that lifecycle works again and any other is refused.
+func TestLostMarksFailClosed(t *testing.T) {
+	h := newHarness(t)
+	const id = "pvc-lost"
+	h.mustCreateExport(id, tok(uid1, 5), true)
+	if _, err := h.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tok(uid1, 5), VolumeId: id, HostNqn: "nqn.2014-08.org.example:node-a"}); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(h.gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(h.gen, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beforeTree, beforeMutations := h.nv.snapshot(t), len(h.be.mutations())
+	calls := fencedCalls(t, h, id)
+	for _, name := range slices.Sorted(maps.Keys(calls)) {
+		for _, tk := range []*agentv1.FencingToken{tok(uid1, 5), tok(uid2, 1)} {
+			err := calls[name](tk)
+			what := fmt.Sprintf("%s %s/%d", name, tk.GetLifecycleUid()[len(tk.GetLifecycleUid())-1:], tk.GetPublicationGeneration())
+			wantCode(t, what, err, codes.FailedPrecondition)
+			wantRejection(t, what, err, agentv1.FencingRejection_REASON_UNMARKED)
+		}
+	}
+	if after := h.nv.snapshot(t); after != beforeTree {
+		t.Errorf("configfs changed by refused calls:\nbefore %s\nafter  %s", beforeTree, after)
+	}
+	if n := len(h.be.mutations()); n != beforeMutations {
+		t.Errorf("the backend saw %d mutations from refused calls: %v", n-beforeMutations, h.be.mutations())
+	}
+	if m, _ := h.srv.marks.Get(ctxT(t), id); m != nil {
+		t.Errorf("a refused call wrote mark %v", m)
+	}
+	if _, err := h.create("pvc-new", tok(uid2, 1), 1<<20); err != nil {
+		t.Errorf("a new volume beside the lost one: %v", err)
+	}
+
+	if _, err := h.srv.marks.Adopt(ctxT(t), id, fencing.AdoptOptions{Token: fencing.Token{UID: uid1, Generation: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: tok(uid2, 9), VolumeId: id, Store: lvmStore}); err == nil {
+		t.Error("another lifecycle deleted the adopted volume")
+	}
+	if _, err := h.c.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: tok(uid1, 6), VolumeId: id, Store: lvmStore}); err != nil {
+		t.Errorf("the adopted lifecycle's DeleteVolume: %v", err)
+	}
+}
+
+// fencedCalls are the agent's mutating calls on volume id (created and
+// exported with AllowHost of node-a, as TestFencingRejectionChangesNothing
+// sets it up), each sent with the token given, by name.
+func fencedCalls(t *testing.T, h *harness, id string) map[string]func(tk *agentv1.FencingToken) error {
+	host := "nqn.2014-08.org.example:node-b"
+	return map[string]func(tk *agentv1.FencingToken) error{
+		"CreateVolume": func(tk *agentv1.FencingToken) error {
+			_, err := h.c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore, CapacityBytes: 8 << 20})
+			return err
+		},
+		"ExpandVolume": func(tk *agentv1.FencingToken) error {
+			_, err := h.c.ExpandVolume(ctxT(t), &agentv1.ExpandVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore, CapacityBytes: 8 << 20})
+			return err
+		},
+		"ExportVolume": func(tk *agentv1.FencingToken) error {
+			_, err := h.c.ExportVolume(ctxT(t), &agentv1.ExportVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore,
+				Transport: &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: "198.51.100.1", Port: 4421}}})
+			return err
+		},
+		"UnexportVolume": func(tk *agentv1.FencingToken) error {
+			_, err := h.c.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: tk, VolumeId: id})
+			return err
+		},
+		"AllowHost": func(tk *agentv1.FencingToken) error {
+			_, err := h.c.AllowHost(ctxT(t), &agentv1.AllowHostRequest{FencingToken: tk, VolumeId: id, HostNqn: host})
+			return err
+		},
+		"DenyHost": func(tk *agentv1.FencingToken) error {
+			_, err := h.c.DenyHost(ctxT(t), &agentv1.DenyHostRequest{FencingToken: tk, VolumeId: id, HostNqn: "nqn.2014-08.org.example:node-a"})
+			return err
+		},
+		"DeleteVolume": func(tk *agentv1.FencingToken) error {
+			_, err := h.c.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: tk, VolumeId: id, Store: lvmStore})
+			return err
+		},
+		"Reconcile": func(tk *agentv1.FencingToken) error {
+			r, err := h.c.Reconcile(ctxT(t), &agentv1.ReconcileRequest{Exports: []*agentv1.DesiredExport{{FencingToken: tk, VolumeId: id,
+				Store: lvmStore, Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: tcp(false)}}}})
+			if err != nil {
+				return err
+			}
+			res := r.GetResults()[0]
+			if codes.Code(res.GetCode()) != codes.FailedPrecondition || res.GetFencingRejection() == nil {
+				t.Errorf("Reconcile entry: %v", res)
+				return nil
+			}
+			return agentv1.NewFencingError(res.GetFencingRejection(), res.GetMessage())
+		},
 	}
 }
 

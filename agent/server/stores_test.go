@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,13 +12,16 @@ import (
 	"testing"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/backends/command"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// poolRunner answers every lvs with one thin pool of 256 MiB whose lv_attr
-// is attr (the lab's report of a pool with zeroing on is "twi-a-tz--", off
-// "twi-a-t---"), and records every other command without running it.
+// poolRunner answers every lvs of the volume group or the pool with one thin pool of 256 MiB
+// whose lv_attr is attr (the lab's report of a pool with zeroing on is
+// "twi-a-tz--", off "twi-a-t---"), an lvs of any other LV as LVM does for
+// one that does not exist, and records every other command without running
+// it.
 type poolRunner struct {
 	attr  string
 	mu    sync.Mutex
@@ -25,6 +29,10 @@ type poolRunner struct {
 }
 
 func (r *poolRunner) Run(_ context.Context, name string, args ...string) ([]byte, error) {
+	if lv := args[len(args)-1]; name == "lvm" && args[0] == "lvs" && strings.HasPrefix(lv, "vg0/") && lv != "vg0/thinpool" {
+		return nil, &command.Error{Cmd: append([]string{name}, args...), ExitCode: 5, Err: errors.New("exit status 5"),
+			Stderr: fmt.Sprintf("  Failed to find logical volume %q\n", lv)}
+	}
 	if name == "lvm" && len(args) > 0 && args[0] == "lvs" {
 		return fmt.Appendf(nil, `{"report": [{"lv": [{"lv_name":"thinpool", "lv_size":"268435456", "lv_tags":"", "lv_attr":%q, "pool_lv":"", `+
 			`"lv_dm_path":"/dev/mapper/vg0-thinpool", "lv_kernel_major":"254", "lv_kernel_minor":"2", "vg_extent_size":"4194304"}]}]}`, r.attr), nil

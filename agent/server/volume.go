@@ -38,7 +38,7 @@ func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequ
 	}
 	log := s.log.With("volume_id", id, "store", spec.String())
 	var vol *backends.Volume
-	err = s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), func(ctx context.Context) error {
+	err = s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), s.exists(b, id), func(ctx context.Context) error {
 		// Create first: on the common path (a new volume) that is one
 		// command. Only a conflict needs a look at what exists, to tell
 		// a retry (at least as large: reported as is) from a clash.
@@ -108,7 +108,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequ
 	}
 	log := s.log.With("volume_id", id, "store", spec.String())
 	ident, _ := export.For(id) // id is valid
-	err = s.fenced(ctx, op, id, fencing.KindEnd, req.GetFencingToken(), func(ctx context.Context) error {
+	err = s.fenced(ctx, op, id, fencing.KindEnd, req.GetFencingToken(), s.exists(b, id), func(ctx context.Context) error {
 		// The export first: nvmet holds the device open, and ZFS and LVM
 		// refuse to destroy an open volume.
 		if err := s.nvmet.Remove(ctx, ident.SubsystemNQN); err != nil {
@@ -142,7 +142,7 @@ func (s *Server) ExpandVolume(ctx context.Context, req *agentv1.ExpandVolumeRequ
 	log := s.log.With("volume_id", id, "store", spec.String())
 	ident, _ := export.For(id)
 	var vol *backends.Volume
-	err = s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), func(ctx context.Context) error {
+	err = s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), s.exists(b, id), func(ctx context.Context) error {
 		v, err := b.Get(ctx, id)
 		if err != nil {
 			return toStatus(ctx, op, id, err)

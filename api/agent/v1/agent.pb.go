@@ -108,6 +108,10 @@ const (
 	// The volume's mark cannot be read or is corrupt; the agent refuses
 	// every change until an operator repairs it (fail closed).
 	FencingRejection_REASON_MARK_UNREADABLE FencingRejection_Reason = 6
+	// The volume has no mark, yet it exists on the storage node: its mark
+	// was lost. The agent refuses every change until an operator adopts it
+	// for the lifecycle its PillarVolumeState names (fail closed).
+	FencingRejection_REASON_UNMARKED FencingRejection_Reason = 7
 )
 
 // Enum value maps for FencingRejection_Reason.
@@ -120,6 +124,7 @@ var (
 		4: "REASON_LIFECYCLE_ENDED",
 		5: "REASON_LIFECYCLE_REPLACED",
 		6: "REASON_MARK_UNREADABLE",
+		7: "REASON_UNMARKED",
 	}
 	FencingRejection_Reason_value = map[string]int32{
 		"REASON_UNSPECIFIED":        0,
@@ -129,6 +134,7 @@ var (
 		"REASON_LIFECYCLE_ENDED":    4,
 		"REASON_LIFECYCLE_REPLACED": 5,
 		"REASON_MARK_UNREADABLE":    6,
+		"REASON_UNMARKED":           7,
 	}
 )
 
@@ -2431,12 +2437,12 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x14agent/v1/agent.proto\x12\x0fpillar.agent.v1\"j\n" +
 	"\fFencingToken\x12#\n" +
 	"\rlifecycle_uid\x18\x01 \x01(\tR\flifecycleUid\x125\n" +
-	"\x16publication_generation\x18\x02 \x01(\x04R\x15publicationGeneration\"\xae\x03\n" +
+	"\x16publication_generation\x18\x02 \x01(\x04R\x15publicationGeneration\"\xc3\x03\n" +
 	"\x10FencingRejection\x12@\n" +
 	"\x06reason\x18\x01 \x01(\x0e2(.pillar.agent.v1.FencingRejection.ReasonR\x06reason\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12;\n" +
 	"\tpresented\x18\x03 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\tpresented\x121\n" +
-	"\x04mark\x18\x04 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\x04mark\"\xca\x01\n" +
+	"\x04mark\x18\x04 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\x04mark\"\xdf\x01\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14REASON_MISSING_TOKEN\x10\x01\x12\x1a\n" +
@@ -2444,7 +2450,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x17REASON_STALE_GENERATION\x10\x03\x12\x1a\n" +
 	"\x16REASON_LIFECYCLE_ENDED\x10\x04\x12\x1d\n" +
 	"\x19REASON_LIFECYCLE_REPLACED\x10\x05\x12\x1a\n" +
-	"\x16REASON_MARK_UNREADABLE\x10\x06\"\x90\x01\n" +
+	"\x16REASON_MARK_UNREADABLE\x10\x06\x12\x13\n" +
+	"\x0fREASON_UNMARKED\x10\a\"\x90\x01\n" +
 	"\fStoreRefusal\x12<\n" +
 	"\x06reason\x18\x01 \x01(\x0e2$.pillar.agent.v1.StoreRefusal.ReasonR\x06reason\"B\n" +
 	"\x06Reason\x12\x16\n" +

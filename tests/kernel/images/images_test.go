@@ -187,6 +187,7 @@ func waitHTTP(t *testing.T, url string) {
 type agentBox struct {
 	agentv1.AgentServiceClient
 	addr string
+	gen  string // the generations directory, as the host sees it
 }
 
 // agentContainer runs pillar-agent from its image as the DaemonSet does:
@@ -221,7 +222,7 @@ func agentContainer(t *testing.T) *agentBox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &agentBox{AgentServiceClient: dialAgent(t, addr, grpc.WithPerRPCCredentials(token)), addr: addr}
+	return &agentBox{AgentServiceClient: dialAgent(t, addr, grpc.WithPerRPCCredentials(token)), addr: addr, gen: gen}
 }
 
 // dialAgent is a plaintext client of the agent at addr.
@@ -297,6 +298,63 @@ func TestAgentImageRefusesStrangers(t *testing.T) {
 	}
 	if out := run(t, "zfs", "list", "-H", "-o", "name", "-r", pool.Name); !strings.Contains(out, id) {
 		t.Errorf("the zvol is gone after the strangers' calls: zfs list: %s", out)
+	}
+}
+
+// TestAgentImageFailsClosedOnLostMarks: the generations directory is
+// wiped under the running agent image (a lost or replaced disk). A
+// DeleteVolume or UnexportVolume of a zvol that exists, with its owner's
+// token or with a made-up one, is refused with UNMARKED, and the zvol and
+// its export stay; a new volume is still created.
+func TestAgentImageFailsClosedOnLostMarks(t *testing.T) {
+	guest.RequireGuest(t)
+	c := agentContainer(t)
+	pool := fixture.NewZPool(t, fixture.PoolOptions{Size: 256 * mib})
+	id := "pvc-image-lost-marks"
+	st, tk, _ := exportedZvol(t, c, pool.Name, id)
+
+	saved := t.TempDir()
+	run(t, "cp", "-a", c.gen+"/.", saved)
+	entries, err := os.ReadDir(c.gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(c.gen, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Put the marks back at the end, so the volume's cleanup is admitted.
+	t.Cleanup(func() { exec.Command("cp", "-a", saved+"/.", c.gen).Run() })
+
+	madeUp := tok(t)
+	for _, k := range []*agentv1.FencingToken{tk, madeUp} {
+		_, derr := c.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: k, VolumeId: id, Store: st})
+		_, uerr := c.UnexportVolume(ctxT(t), &agentv1.UnexportVolumeRequest{FencingToken: k, VolumeId: id})
+		for call, err := range map[string]error{"DeleteVolume": derr, "UnexportVolume": uerr} {
+			rej, ok := agentv1.FencingRejectionOf(err)
+			if status.Code(err) != codes.FailedPrecondition || !ok || rej.GetReason() != agentv1.FencingRejection_REASON_UNMARKED {
+				t.Errorf("%s with token %s: %v, want FAILED_PRECONDITION with REASON_UNMARKED", call, k.GetLifecycleUid(), err)
+			}
+		}
+	}
+	ident, _ := export.For(id)
+	if _, err := os.Stat(filepath.Join("/sys/kernel/config/nvmet/subsystems", ident.SubsystemNQN)); err != nil {
+		t.Errorf("the export is gone: %v", err)
+	}
+	if out := run(t, "zfs", "list", "-H", "-o", "name", "-r", pool.Name); !strings.Contains(out, id) {
+		t.Errorf("the zvol is gone: zfs list: %s", out)
+	}
+	// "v."+id is fencing.FileName of this ID.
+	if _, err := os.Stat(filepath.Join(c.gen, "v."+id)); err == nil {
+		t.Error("a refused call wrote the volume's mark")
+	}
+	newID, newTok := "pvc-image-after-loss", tok(t)
+	if _, err := c.CreateVolume(ctxT(t), &agentv1.CreateVolumeRequest{FencingToken: newTok, VolumeId: newID, Store: st, CapacityBytes: 16 * mib}); err != nil {
+		t.Errorf("a new volume after the loss: %v", err)
+	}
+	if _, err := c.DeleteVolume(ctxT(t), &agentv1.DeleteVolumeRequest{FencingToken: newTok, VolumeId: newID, Store: st}); err != nil {
+		t.Errorf("deleting the new volume: %v", err)
 	}
 }
 
@@ -396,7 +454,7 @@ func TestNodeImageStagesAVolume(t *testing.T) {
 	mountIn(t, root, "/registration", "--bind", mkdir(t, registry))
 	healthPort := fixture.FreeTCPPort(t)
 	start(t, chrooted(root, "/usr/bin/pillar-node", "-csi-endpoint", "unix://"+sock, "-node-name", "lab", "-log-level", "debug",
-		"-kubelet-registration-path", sock, "-plugin-registration-dir", "/registration",
+		"-kubelet-registration-path", sock, "-plugin-registration-dir", "/registration", "-kubelet-dir", kubelet,
 		"-health-address", "127.0.0.1:"+strconv.Itoa(healthPort)))
 	conn, err := grpc.NewClient("passthrough:///pillar-node", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
