@@ -92,6 +92,7 @@ func FuzzParseVolumeContext(f *testing.F) {
 func FuzzNodeID(f *testing.F) {
 	f.Add("worker-1.example.com", hostNQN)
 	f.Add("w", "nqn.2014-08.org.x:y/z")
+	f.Add("w", "nqn.2014-08.org.x:a,b=c")
 	f.Add("a/b", hostNQN)
 	f.Add("Worker", hostNQN)
 	f.Add(strings.Repeat("a", 63)+"."+strings.Repeat("b", 63), "nqn.2014-08.com.example:"+strings.Repeat("x", 150))

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Keys of the CSI volume context. The controller sets them in
@@ -202,7 +203,8 @@ const MaxNodeIDLength = 256
 
 // NodeIDSeparator separates the node name from the host NQN in a node ID.
 // Neither part can contain it: Kubernetes node names are DNS subdomains and
-// NQNPattern excludes '/'.
+// NQNPattern excludes '/'. A node ID's host NQN cannot contain ',', '=' or
+// whitespace either (hostNQNReserved).
 const NodeIDSeparator = "/"
 
 // nodeNameRE is a Kubernetes node name (an RFC 1123 DNS subdomain).
@@ -255,12 +257,34 @@ func ParseNodeID(id string) (NodeID, error) {
 	return n, nil
 }
 
+// hostNQNReserved names the first ',', '=' or whitespace character of a
+// host NQN and its offset, or returns "". NQNPattern allows ',' and '='
+// (and refuses whitespace without saying so). Only the host NQN of a node
+// ID is held to this, not ValidateNQN's callers: subsystem NQNs are
+// generated here and never contain these characters, while a host NQN is
+// whatever a worker's /etc/nvme/hostnqn says.
+func hostNQNReserved(nqn string) string {
+	for i, r := range nqn {
+		switch {
+		case r == ',' || r == '=':
+			return fmt.Sprintf("%q at byte %d", r, i)
+		case unicode.IsSpace(r):
+			return fmt.Sprintf("whitespace %q at byte %d", r, i)
+		}
+	}
+	return ""
+}
+
 func (n NodeID) validate(op string) error {
 	s := n.String()
 	var err error
 	switch {
 	case len(n.NodeName) == 0 || len(n.NodeName) > 253 || !nodeNameRE.MatchString(n.NodeName):
 		err = fmt.Errorf("%w: node name %q is not a Kubernetes node name (DNS subdomain)", ErrInvalidNodeID, n.NodeName)
+	case hostNQNReserved(n.HostNQN) != "":
+		err = fmt.Errorf("%w: host NQN contains %s: ',', '=' and whitespace are refused because the controller "+
+			"and its events carry host NQNs in comma-separated lists and key=value pairs, which such a character "+
+			"would split (make a new one with nvme gen-hostnqn)", ErrInvalidNodeID, hostNQNReserved(n.HostNQN))
 	case ValidateNQN(n.HostNQN) != nil:
 		err = fmt.Errorf("%w: host NQN: %w", ErrInvalidNodeID, errors.Unwrap(ValidateNQN(n.HostNQN)))
 	case len(s) > MaxNodeIDLength:

@@ -129,6 +129,14 @@ func TestNodeIDRejects(t *testing.T) {
 		{"upper", "Worker", hostNQN, "node name"},
 		{"slash", "a/b", hostNQN, "node name"},
 		{"bad nqn", "w", "iqn.2014-08.org.x:y", "host NQN"},
+		// NQNPattern allows ',' and '='; a node ID's host NQN must not
+		// carry them, nor whitespace, and the error names the character.
+		{"comma in nqn", "w", hostNQN + ",nqn.2014-08.org.x:evil", `host NQN contains ',' at byte 68`},
+		{"equals in nqn", "w", "nqn.2014-08.org.nvmexpress:uuid=6b6f3a52", `host NQN contains '=' at byte 31`},
+		{"space in nqn", "w", "nqn.2014-08.org.nvmexpress:a b", `host NQN contains whitespace ' ' at byte 28`},
+		{"tab in nqn", "w", "nqn.2014-08.org.nvmexpress:a\tb", `whitespace '\t'`},
+		{"newline in nqn", "w", hostNQN + "\n", `whitespace '\n'`},
+		{"non-ASCII space in nqn", "w", "nqn.2014-08.org.nvmexpress:a\u00a0b", `whitespace '\u00a0'`},
 		{"too long", strings.Repeat("a", 63) + "." + strings.Repeat("b", 63), "nqn.2014-08.com.example:" + strings.Repeat("x", 150), "at most 256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

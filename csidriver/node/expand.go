@@ -37,11 +37,11 @@ func (s *Service) NodeExpandVolume(ctx context.Context, req *csi.NodeExpandVolum
 	if err != nil {
 		return nil, err
 	}
-	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
+	if err := s.validPath("volume_path", req.GetVolumePath()); err != nil {
 		return nil, err
 	}
 	if req.GetStagingTargetPath() != "" {
-		if err := validPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
+		if err := s.validPath("staging_target_path", req.GetStagingTargetPath()); err != nil {
 			return nil, err
 		}
 	}

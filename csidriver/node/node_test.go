@@ -102,7 +102,10 @@ func (e *env) newService() *Service {
 	e.t.Helper()
 	s, err := New(Config{
 		NodeName: "worker-1", HostNQN: hostNQN, HostID: hostID, StateDir: e.state,
-		Mounter: e.mounter, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		// The test's directory plays kubelet's: staging and target paths
+		// are under it, as kubelet's are under /var/lib/kubelet.
+		KubeletDir: e.dir,
+		Mounter:    e.mounter, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		runner: e.run, initiator: e.fake.Initiator(),
 		lookPath:    func(f string) (string, error) { return "/usr/sbin/" + f, nil },
 		setReadOnly: func(dev string) error { e.readOnly = append(e.readOnly, dev); return nil },
@@ -232,6 +235,104 @@ func TestPublishAndUnpublishValidation(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "target_path")
 	_, err = e.svc.NodeExpandVolume(context.Background(), &csi.NodeExpandVolumeRequest{VolumeId: vol, VolumePath: "/x"})
 	wantCode(t, err, codes.NotFound, "not staged")
+}
+
+// TestPathsOutsideKubeletDir: pillar-node is root and privileged, so a
+// caller of its socket must not get it to mount over, unmount or remove a
+// path kubelet would never choose. Every path outside the kubelet
+// directory is InvalidArgument (NotFound for NodeGetVolumeStats, where
+// the spec has a path that cannot be the volume's mean "not there"), and
+// nothing is connected, mounted or removed.
+func TestPathsOutsideKubeletDir(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.stage(vol, mountCap("ext4"))
+	if _, err := e.svc.NodePublishVolume(ctx, e.publishReq(vol, mountCap("ext4"), false)); err != nil {
+		t.Fatal(err)
+	}
+	connects, mounts := len(e.fake.Connects()), len(e.mounter.MountPoints)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.Mkdir(victim, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const want = "not under the kubelet directory"
+	for _, p := range []string{
+		victim,
+		"/etc",
+		e.dir,                                   // kubelet's directory itself
+		e.dir + "-sibling/pods/x",               // a prefix of the name, not of the path
+		filepath.Join(filepath.Dir(e.dir), "x"), // its parent's other children
+	} {
+		t.Run(p, func(t *testing.T) {
+			sr := e.stageReq("pvc-2", mountCap("ext4"))
+			sr.StagingTargetPath = p
+			_, err := e.svc.NodeStageVolume(ctx, sr)
+			wantCode(t, err, codes.InvalidArgument, "staging_target_path")
+			wantCode(t, err, codes.InvalidArgument, want)
+			pr := e.publishReq(vol, mountCap("ext4"), false)
+			pr.TargetPath = p
+			_, err = e.svc.NodePublishVolume(ctx, pr)
+			wantCode(t, err, codes.InvalidArgument, "target_path")
+			pr = e.publishReq(vol, mountCap("ext4"), false)
+			pr.StagingTargetPath = p
+			_, err = e.svc.NodePublishVolume(ctx, pr)
+			wantCode(t, err, codes.InvalidArgument, want)
+			_, err = e.svc.NodeUnpublishVolume(ctx, &csi.NodeUnpublishVolumeRequest{VolumeId: vol, TargetPath: p})
+			wantCode(t, err, codes.InvalidArgument, want)
+			_, err = e.svc.NodeUnstageVolume(ctx, &csi.NodeUnstageVolumeRequest{VolumeId: vol, StagingTargetPath: p})
+			wantCode(t, err, codes.InvalidArgument, want)
+			_, err = e.svc.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol, VolumePath: p})
+			wantCode(t, err, codes.InvalidArgument, want)
+			_, err = e.svc.NodeExpandVolume(ctx, &csi.NodeExpandVolumeRequest{VolumeId: vol, VolumePath: e.target(vol), StagingTargetPath: p})
+			wantCode(t, err, codes.InvalidArgument, want)
+			_, err = e.svc.NodeGetVolumeHealth(ctx, &csi.NodeGetVolumeHealthRequest{VolumeId: vol, VolumePublishPath: p})
+			wantCode(t, err, codes.InvalidArgument, want)
+			_, err = e.svc.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: p})
+			wantCode(t, err, codes.NotFound, want)
+		})
+	}
+	if n := len(e.fake.Connects()); n != connects {
+		t.Errorf("refused requests connected: %v", e.fake.Connects())
+	}
+	if n := len(e.mounter.MountPoints); n != mounts {
+		t.Errorf("refused requests changed the mounts: %v", e.mounter.MountPoints)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("refused unpublish removed %s: %v", victim, err)
+	}
+	if _, ok := e.mountAt(e.target(vol)); !ok {
+		t.Error("refused requests unmounted the real publication")
+	}
+}
+
+// An empty KubeletDir is kubelet's default directory, not "anywhere".
+func TestKubeletDirConfig(t *testing.T) {
+	base := Config{NodeName: "worker-1", HostNQN: hostNQN, StateDir: t.TempDir(), Mounter: mount.NewFakeMounter(nil)}
+	s, err := New(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.KubeletDir != DefaultKubeletDir {
+		t.Errorf("default KubeletDir = %q, want %q", s.cfg.KubeletDir, DefaultKubeletDir)
+	}
+	wantCode(t, s.validPath("target_path", filepath.Join(t.TempDir(), "target")), codes.InvalidArgument, "/var/lib/kubelet")
+	if err := s.validPath("target_path", "/var/lib/kubelet/pods/uid/volumes/kubernetes.io~csi/pvc-1/mount"); err != nil {
+		t.Errorf("kubelet's own target path refused: %v", err)
+	}
+	c := base
+	c.KubeletDir = "/var/lib/k0s/kubelet/"
+	if s, err := New(c); err != nil || s.cfg.KubeletDir != "/var/lib/k0s/kubelet" {
+		t.Errorf("trailing slash: %+v, %v", s, err)
+	} else if err := s.validPath("staging_target_path", "/var/lib/k0s/kubelet/plugins/kubernetes.io/csi/pillar-csi.io/x/globalmount"); err != nil {
+		t.Errorf("staging path under a moved kubelet directory refused: %v", err)
+	}
+	for _, dir := range []string{"relative/kubelet", "/", "//"} {
+		c := base
+		c.KubeletDir = dir
+		if _, err := New(c); err == nil || !strings.Contains(err.Error(), "kubelet directory") {
+			t.Errorf("New with KubeletDir %q = %v, want an error", dir, err)
+		}
+	}
 }
 
 func TestMountLifecycle(t *testing.T) {
@@ -648,8 +749,10 @@ func TestStatsAndHealth(t *testing.T) {
 	}
 	_, err = e.svc.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: "pvc-9", VolumePath: e.staging(vol)})
 	wantCode(t, err, codes.NotFound, "not staged")
-	_, err = e.svc.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: "/nonexistent/path"})
+	_, err = e.svc.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: filepath.Join(e.dir, "nonexistent")})
 	wantCode(t, err, codes.NotFound, "does not exist")
+	_, err = e.svc.NodeGetVolumeStats(ctx, &csi.NodeGetVolumeStatsRequest{VolumeId: vol, VolumePath: "/nonexistent/path"})
+	wantCode(t, err, codes.NotFound, "not under the kubelet directory")
 }
 
 func TestBusyVolumeIsAborted(t *testing.T) {
@@ -716,6 +819,10 @@ func TestNewRejectsBadIdentity(t *testing.T) {
 	for _, c := range []Config{
 		{NodeName: "", HostNQN: hostNQN, StateDir: t.TempDir()},
 		{NodeName: "worker-1", HostNQN: "not-an-nqn", StateDir: t.TempDir()},
+		// A host NQN with ',' or '=' matches NQNPattern but would split
+		// the controller's lists; the node refuses to report it.
+		{NodeName: "worker-1", HostNQN: hostNQN + ",nqn.2014-08.org.x:y", StateDir: t.TempDir()},
+		{NodeName: "worker-1", HostNQN: "nqn.2014-08.org.nvmexpress:a=b", StateDir: t.TempDir()},
 		{NodeName: "worker-1", HostNQN: hostNQN, StateDir: "relative"},
 	} {
 		if _, err := New(c); err == nil {

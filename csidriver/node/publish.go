@@ -27,7 +27,7 @@ import (
 // in the block layer itself (see NodeStageVolume).
 func (s *Service) NodePublishVolume(ctx context.Context, req *csi.NodePublishVolumeRequest) (*csi.NodePublishVolumeResponse, error) {
 	volumeID, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath(), "target_path", target); err != nil {
+	if err := s.validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath(), "target_path", target); err != nil {
 		return nil, err
 	}
 	c, err := validCapability(req.GetVolumeCapability())
@@ -131,7 +131,7 @@ func (s *Service) mountedReadOnly(p string) (bool, error) {
 // idempotent, and a corrupted mount is unmounted, not skipped.
 func (s *Service) NodeUnpublishVolume(ctx context.Context, req *csi.NodeUnpublishVolumeRequest) (*csi.NodeUnpublishVolumeResponse, error) {
 	volumeID, target := req.GetVolumeId(), req.GetTargetPath()
-	if err := validRequest(volumeID, "target_path", target); err != nil {
+	if err := s.validRequest(volumeID, "target_path", target); err != nil {
 		return nil, err
 	}
 	unlock, log, err := s.begin(volumeID)

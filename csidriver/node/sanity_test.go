@@ -50,8 +50,10 @@ func TestSanity(t *testing.T) {
 
 	cfg := sanity.NewTestConfig()
 	cfg.Address = "unix://" + sock
-	cfg.TargetPath = filepath.Join(t.TempDir(), "target")
-	cfg.StagingPath = filepath.Join(t.TempDir(), "staging")
+	// In the env's kubelet directory, where pillar-node accepts them
+	// (csi-sanity makes each with mkdir, not mkdir -p).
+	cfg.TargetPath = filepath.Join(e.dir, "sanity-target")
+	cfg.StagingPath = filepath.Join(e.dir, "sanity-staging")
 	cfg.TestVolumeSize = gib
 	cfg.TestVolumeExpandSize = 2 * gib
 	cfg.IdempotentCount = 2

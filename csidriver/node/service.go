@@ -26,6 +26,9 @@ import (
 // they survive plugin restarts).
 const DefaultStateDir = "/var/lib/pillar-csi/node"
 
+// DefaultKubeletDir is kubelet's root directory (its --root-dir default).
+const DefaultKubeletDir = "/var/lib/kubelet"
+
 // Defaults of the bounded waits.
 const (
 	DefaultNamespaceTimeout  = 60 * time.Second
@@ -48,6 +51,12 @@ type Config struct {
 	HostID  string
 	// StateDir holds the stage records; DefaultStateDir when empty.
 	StateDir string
+	// KubeletDir is kubelet's root directory as pillar-node sees it;
+	// DefaultKubeletDir when empty. Every staging and target path must
+	// lie strictly under it: kubelet only ever chooses paths there, and
+	// pillar-node, privileged and root, must not mount over or remove
+	// anything else a caller of its socket names.
+	KubeletDir string
 	// Mounter mounts and unmounts. When nil, mount-utils' mounter reads
 	// the mount table, and mounts and unmounts are mount(2) and
 	// umount2(2) calls bounded by DefaultMountTimeout.
@@ -92,6 +101,13 @@ func New(cfg Config) (*Service, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
 	}
+	if cfg.KubeletDir == "" {
+		cfg.KubeletDir = DefaultKubeletDir
+	}
+	if !filepath.IsAbs(cfg.KubeletDir) || filepath.Clean(cfg.KubeletDir) == "/" {
+		return nil, fmt.Errorf("pillar-node: kubelet directory %q: want an absolute path other than /", cfg.KubeletDir)
+	}
+	cfg.KubeletDir = filepath.Clean(cfg.KubeletDir)
 	store, err := stage.NewStore(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("pillar-node: %w", err)

@@ -25,7 +25,7 @@ import (
 // NodeUnstageVolume would not know which controller to delete.
 func (s *Service) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if err := validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath()); err != nil {
+	if err := s.validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
 	c, err := validCapability(req.GetVolumeCapability())
@@ -167,7 +167,7 @@ func (s *Service) stageMount(ctx context.Context, log *slog.Logger, devPath stri
 // alone, and is idempotent: a volume without a record is not staged.
 func (s *Service) NodeUnstageVolume(ctx context.Context, req *csi.NodeUnstageVolumeRequest) (*csi.NodeUnstageVolumeResponse, error) {
 	volumeID := req.GetVolumeId()
-	if err := validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath()); err != nil {
+	if err := s.validRequest(volumeID, "staging_target_path", req.GetStagingTargetPath()); err != nil {
 		return nil, err
 	}
 	unlock, log, err := s.begin(volumeID)

@@ -136,7 +136,7 @@ func (s *Service) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolume
 	if err != nil {
 		return nil, err
 	}
-	if err := validPath("volume_path", req.GetVolumePath()); err != nil {
+	if err := s.validPath("volume_path", req.GetVolumePath()); err != nil {
 		return nil, status.Errorf(codes.NotFound, "volume %s is not at %q: %v", req.GetVolumeId(), req.GetVolumePath(), status.Convert(err).Message())
 	}
 	v, err := s.inspect(r, req.GetVolumePath())
@@ -173,7 +173,7 @@ func (s *Service) NodeGetVolumeHealth(ctx context.Context, req *csi.NodeGetVolum
 		path = req.GetStagingTargetPath()
 	}
 	if path != "" {
-		if err := validPath("volume path", path); err != nil {
+		if err := s.validPath("volume path", path); err != nil {
 			return nil, err
 		}
 	}

@@ -35,10 +35,11 @@ func validVolumeID(id string) error {
 	return nil
 }
 
-// validPath accepts an absolute, clean path other than "/": the CO
-// chooses staging and target paths, but a relative path or one with ".."
-// could make pillar-node mount over or remove something else.
-func validPath(field, p string) error {
+// validPath accepts an absolute, clean path strictly under the kubelet
+// directory: the CO chooses staging and target paths, but a relative path,
+// one with "..", or one elsewhere could make pillar-node mount over or
+// remove something that is not a volume's.
+func (s *Service) validPath(field, p string) error {
 	switch {
 	case p == "":
 		return invalid("%s is missing", field)
@@ -50,17 +51,21 @@ func validPath(field, p string) error {
 		return invalid("%s must not be /", field)
 	case strings.ContainsAny(p, "\x00\n"):
 		return invalid("%s %q contains NUL or newline", field, p)
+	case !strings.HasPrefix(p, s.cfg.KubeletDir+"/"):
+		// p is clean, so a prefix test is a path test; kubelet's own
+		// directory is not a volume's path either.
+		return invalid("%s %q is not under the kubelet directory %s (-kubelet-dir)", field, p, s.cfg.KubeletDir)
 	}
 	return nil
 }
 
 // validRequest checks a volume ID and (field name, path) pairs.
-func validRequest(volumeID string, fieldPaths ...string) error {
+func (s *Service) validRequest(volumeID string, fieldPaths ...string) error {
 	if err := validVolumeID(volumeID); err != nil {
 		return err
 	}
 	for i := 0; i+1 < len(fieldPaths); i += 2 {
-		if err := validPath(fieldPaths[i], fieldPaths[i+1]); err != nil {
+		if err := s.validPath(fieldPaths[i], fieldPaths[i+1]); err != nil {
 			return err
 		}
 	}

@@ -485,7 +485,7 @@ func checkNode(t *testing.T, r *rendered, n objectNames, img images, kubeletDir 
 	c := container(t, pod.Containers, "pillar-node")
 	wantImage(t, c, img.node)
 	for _, a := range []string{"-csi-endpoint=unix:///csi/csi.sock", "-node-name=$(NODE_NAME)", "-state-dir=/var/lib/pillar-csi/node",
-		"-host-nqn-file=/etc/nvme/hostnqn", "-host-id-file=/etc/nvme/hostid",
+		"-host-nqn-file=/etc/nvme/hostnqn", "-host-id-file=/etc/nvme/hostid", "-kubelet-dir=" + kubeletDir,
 		"-kubelet-registration-path=" + plugin + "/csi.sock", "-plugin-registration-dir=/registration", "-health-address=:9441"} {
 		wantArg(t, c.Name, c.Args, a)
 	}

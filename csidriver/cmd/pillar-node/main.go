@@ -38,6 +38,7 @@ type config struct {
 	endpoint    string
 	nodeName    string
 	stateDir    string
+	kubeletDir  string // staging and target paths must be under it
 	hostNQNFile string
 	hostIDFile  string
 	// kubeletRegistrationPath is the CSI socket as kubelet sees it on the
@@ -61,6 +62,7 @@ func registerFlags(fs *flag.FlagSet, c *config) {
 	flagalias.Add(fs, "endpoint", "csi-endpoint")
 	fs.StringVar(&c.nodeName, "node-name", os.Getenv("NODE_NAME"), "Kubernetes node name of this worker (default $NODE_NAME)")
 	fs.StringVar(&c.stateDir, "state-dir", node.DefaultStateDir, "directory of the stage records (a hostPath)")
+	fs.StringVar(&c.kubeletDir, "kubelet-dir", node.DefaultKubeletDir, "kubelet's root directory as mounted here; staging and target paths outside it are refused")
 	fs.StringVar(&c.hostNQNFile, "host-nqn-file", node.DefaultHostNQNFile, "file holding this host's NVMe host NQN")
 	fs.StringVar(&c.hostIDFile, "host-id-file", node.DefaultHostIDFile, "file holding this host's NVMe host ID (optional)")
 	fs.StringVar(&c.kubeletRegistrationPath, "kubelet-registration-path", "", "CSI socket path as kubelet sees it on the host, e.g. /var/lib/kubelet/plugins/pillar-csi.io/csi.sock (required when registration is on)")
@@ -111,11 +113,12 @@ func run(ctx context.Context, c config, log *slog.Logger) error {
 		return err
 	}
 	ns, err := node.New(node.Config{
-		NodeName: c.nodeName,
-		HostNQN:  hostNQN,
-		HostID:   hostID,
-		StateDir: c.stateDir,
-		Logger:   log,
+		NodeName:   c.nodeName,
+		HostNQN:    hostNQN,
+		HostID:     hostID,
+		StateDir:   c.stateDir,
+		KubeletDir: c.kubeletDir,
+		Logger:     log,
 	})
 	if err != nil {
 		return err

@@ -98,6 +98,7 @@ func TestRunRefusesBadRegistrationAndHealthFlags(t *testing.T) {
 		{func(c *config) { c.endpoint = "tcp://127.0.0.1:0" }, "only over a unix socket"},
 		{func(c *config) { c.pluginRegistrationDir = filepath.Join(dir, "missing") }, "plugins_registry mounted"},
 		{func(c *config) { c.healthAddress = "127.0.0.1:http-nonsense" }, "health address"},
+		{func(c *config) { c.kubeletDir = "var/lib/kubelet" }, "kubelet directory"},
 	} {
 		c := base
 		tc.edit(&c)

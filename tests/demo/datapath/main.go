@@ -270,7 +270,7 @@ func (d *demo) startNode() error {
 		return err
 	}
 	if err := d.start("pillar-node", "-csi-endpoint", "unix://"+sock, "-node-name", "worker-0",
-		"-state-dir", filepath.Join(d.work, "node"), "-host-nqn-file", hostNQN,
+		"-state-dir", filepath.Join(d.work, "node"), "-kubelet-dir", d.work, "-host-nqn-file", hostNQN,
 		"-host-id-file", filepath.Join(d.work, "hostid"), "-log-level", "info",
 		// The demo plays kubelet's part itself: nothing to register with.
 		"-plugin-registration-dir="); err != nil {

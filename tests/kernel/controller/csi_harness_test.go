@@ -291,6 +291,9 @@ func (s *stack) startWorker(name string) *worker {
 	began := time.Now()
 	p, err := startProc("pillar-node", filepath.Join(s.l.bin, "pillar-node"), nil, "-csi-endpoint", sock, "-node-name", name,
 		"-state-dir", filepath.Join(dir, "state"), "-host-nqn-file", nqnFile, "-host-id-file", idFile, "-log-level", "debug",
+		// The worker's directory plays kubelet's: its staging and target
+		// paths (and csi-sanity's) are under it.
+		"-kubelet-dir", dir,
 		// No kubelet runs here to register with; two workers share the
 		// guest, so neither takes the default health port.
 		"-plugin-registration-dir=", "-health-address=")

@@ -52,7 +52,9 @@ func TestCSISanity(t *testing.T) {
 	var contexts []*sanity.TestContext
 	for _, k := range []string{backendZFS, backendLVMThin} {
 		st := s.stores[k]
-		dir := filepath.Join(t.TempDir(), k)
+		// Under the worker's kubelet directory, where pillar-node
+		// accepts staging and target paths.
+		dir := filepath.Join(w.dir, "sanity-"+k)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -48,7 +48,10 @@ func TestMain(m *testing.M) {
 func serveChild(sock string) int {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	nqn, id, _ := strings.Cut(os.Getenv(envChildHost), " ")
-	svc, err := node.New(node.Config{NodeName: "worker-1", HostNQN: nqn, HostID: id, StateDir: os.Getenv(envChildState), Logger: log})
+	// The benchmark's staging and target paths are b.TempDir()s: the
+	// temporary directory plays kubelet's.
+	svc, err := node.New(node.Config{NodeName: "worker-1", HostNQN: nqn, HostID: id, StateDir: os.Getenv(envChildState),
+		KubeletDir: os.TempDir(), Logger: log})
 	if err != nil {
 		log.Error("child", "error", err)
 		return 1

@@ -60,7 +60,10 @@ func startPlugin(t testing.TB, h host, stateDir string) *plugin {
 	t.Helper()
 	svc, err := node.New(node.Config{
 		NodeName: "worker-1", HostNQN: h.NQN, HostID: h.ID, StateDir: stateDir,
-		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// The suite's staging and target paths are t.TempDir()s: the
+		// temporary directory plays kubelet's.
+		KubeletDir: os.TempDir(),
+		Logger:     slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo})),
 		// Short enough to fail a test quickly, long enough for TCG.
 		NamespaceTimeout: 60 * time.Second, DisconnectTimeout: 60 * time.Second, ResizeTimeout: 60 * time.Second,
 	})
