@@ -77,11 +77,16 @@ func newServer(opts Options, logger *slog.Logger) (service, error) {
 
 // Limits of the gRPC server.
 const (
-	// maxMessageSize bounds a request or response. A Reconcile of every
-	// export on a large node is the biggest message: 4096 exports with a
-	// few allowed hosts each stay under 4 MiB; the margin is for
-	// allowed-host lists.
-	maxMessageSize = 16 << 20
+	// maxMessageSize bounds a request or response, and so the memory a
+	// caller makes the agent hold per call before its token is checked
+	// (gRPC decodes a request before the interceptors run). The
+	// controller sends a large node's Reconcile in batches below it.
+	maxMessageSize = agentv1.MaxMessageSize
+	// maxConcurrentStreams bounds the calls in flight on one connection;
+	// a client with more waits for a free stream. pillar-controller keeps
+	// one connection per agent, and a burst of provisioning runs as many
+	// calls as the CSI sidecars' workers (100 by default) on it.
+	maxConcurrentStreams = 256
 	// connectionTimeout bounds the TLS handshake and HTTP/2 preface of a
 	// new connection, so a peer that connects and stalls holds nothing.
 	connectionTimeout = 10 * time.Second
@@ -151,10 +156,11 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 		auth = &authenticator{tokens: tokens, logger: logger.With("component", "auth")}
 	}
 
-	grpcLn, err := net.Listen("tcp", opts.ListenAddress)
+	rawLn, err := net.Listen("tcp", opts.ListenAddress)
 	if err != nil {
 		return fmt.Errorf("pillar-agent: gRPC: %w", err)
 	}
+	grpcLn := newLimitListener(rawLn, maxConnsPerHost, maxConns, logger.With("component", "listener"))
 	defer grpcLn.Close()
 	var httpLn net.Listener
 	if opts.MetricsAddress != "" {
@@ -280,6 +286,7 @@ func newGRPCServer(creds credentials.TransportCredentials, auth *authenticator, 
 		grpc.ChainStreamInterceptor(stream...),
 		grpc.MaxRecvMsgSize(maxMessageSize),
 		grpc.MaxSendMsgSize(maxMessageSize),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		grpc.ConnectionTimeout(connectionTimeout),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),

@@ -41,6 +41,11 @@ func (s *Server) Reconcile(ctx context.Context, req *agentv1.ReconcileRequest) (
 		}()
 	}
 	wg.Wait()
+	if req.GetPartial() {
+		// More batches follow; the last one sweeps.
+		s.log.Info("reconciled a batch", "desired", len(resp.Results), "failed", failedOf(resp))
+		return resp, nil
+	}
 
 	st, err := s.nvmet.Read(ctx)
 	if err != nil {
@@ -61,15 +66,20 @@ func (s *Server) Reconcile(ctx context.Context, req *agentv1.ReconcileRequest) (
 			resp.RetainedSubsystemNqns = append(resp.RetainedSubsystemNqns, sub.NQN)
 		}
 	}
+	s.log.Info("reconciled", "desired", len(resp.Results), "failed", failedOf(resp),
+		"removed", len(resp.RemovedSubsystemNqns), "retained", len(resp.RetainedSubsystemNqns))
+	return resp, nil
+}
+
+// failedOf counts the entries of resp that did not converge.
+func failedOf(resp *agentv1.ReconcileResponse) int {
 	var failed int
 	for _, r := range resp.Results {
 		if r.Code != int32(codes.OK) {
 			failed++
 		}
 	}
-	s.log.Info("reconciled", "desired", len(resp.Results), "failed", failed,
-		"removed", len(resp.RemovedSubsystemNqns), "retained", len(resp.RetainedSubsystemNqns))
-	return resp, nil
+	return failed
 }
 
 func (s *Server) reconcileOne(ctx context.Context, d *agentv1.DesiredExport) *agentv1.ReconcileResult {

@@ -707,8 +707,25 @@ func TestReconcile(t *testing.T) {
 		{FencingToken: tok(uid1, 1), VolumeId: "pvc-missing", Store: lvmStore, Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: tcp(false)}},
 		{FencingToken: tok(uid1, 1), VolumeId: "Bad_ID", Store: lvmStore},
 	}
+	// A batch with more to follow converges its entries and sweeps
+	// nothing: the dead exports stay until the last batch.
 	reads := h.nv.reads
-	r, err := h.c.Reconcile(ctxT(t), &agentv1.ReconcileRequest{Exports: want})
+	r, err := h.c.Reconcile(ctxT(t), &agentv1.ReconcileRequest{Exports: want[:1], Partial: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.GetResults()) != 1 || r.GetResults()[0].GetCode() != int32(codes.OK) || len(r.GetRemovedSubsystemNqns())+len(r.GetRetainedSubsystemNqns()) != 0 {
+		t.Errorf("partial batch: %v, want pvc-want converged and no sweep", r)
+	}
+	if h.nv.reads != reads {
+		t.Errorf("a partial batch read the whole of configfs")
+	}
+	st, _ = h.nv.Read(ctx)
+	if _, ok := st.Export(export.SubsystemNQNPrefix + "pvc-gone"); !ok {
+		t.Error("a partial batch removed an unlisted export")
+	}
+	reads = h.nv.reads
+	r, err = h.c.Reconcile(ctxT(t), &agentv1.ReconcileRequest{Exports: want})
 	if err != nil {
 		t.Fatal(err)
 	}

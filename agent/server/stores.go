@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -125,19 +126,34 @@ func realBackends(runner command.InputRunner, reject []string) backendFactory {
 	}
 }
 
-// storeCache keeps one backend per store configuration for the life of the
-// agent. A backend serializes its own space accounting (thin admission
-// under the overcommit rule), which is exact only if every call for the
-// store goes through the same backend object.
+// maxStores bounds the store configurations the agent keeps a backend
+// for. A store's configuration changes with every edit of its PillarStore
+// (its ZFS properties are part of it), so over an agent's life the
+// configurations only add up; a node serves a few at any time.
+const maxStores = 64
+
+// storeCache keeps one backend per store configuration, at most maxStores
+// of them, dropping the one used least recently to make room. A backend
+// serializes its own space accounting (thin admission under the overcommit
+// rule), which is exact only if every call for the store goes through the
+// same backend object: a configuration still in use is among the most
+// recently used, so only one that a PillarStore's edit left behind is
+// dropped, unless a node serves more than maxStores at once.
 type storeCache struct {
 	factory backendFactory
 	slots   int // concurrent calls per store
 	mu      sync.Mutex
-	m       map[storeSpec]backends.Backend
+	m       map[storeSpec]*cachedStore
+	clock   uint64 // counts uses, for least recently used
+}
+
+type cachedStore struct {
+	b        backends.Backend
+	lastUsed uint64
 }
 
 func newStoreCache(f backendFactory, slots int) *storeCache {
-	return &storeCache{factory: f, slots: slots, m: map[storeSpec]backends.Backend{}}
+	return &storeCache{factory: f, slots: slots, m: map[storeSpec]*cachedStore{}}
 }
 
 // get returns the backend of spec, building it on first use. An invalid
@@ -145,14 +161,26 @@ func newStoreCache(f backendFactory, slots int) *storeCache {
 func (c *storeCache) get(spec storeSpec) (backends.Backend, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if b, ok := c.m[spec]; ok {
-		return b, nil
+	c.clock++
+	if e, ok := c.m[spec]; ok {
+		e.lastUsed = c.clock
+		return e.b, nil
 	}
 	b, err := c.factory(spec)
 	if err != nil {
 		return nil, err
 	}
+	if len(c.m) >= maxStores {
+		var oldest storeSpec
+		var at uint64 = math.MaxUint64
+		for k, e := range c.m {
+			if e.lastUsed < at {
+				oldest, at = k, e.lastUsed
+			}
+		}
+		delete(c.m, oldest)
+	}
 	lb := limit(b, c.slots)
-	c.m[spec] = lb
+	c.m[spec] = &cachedStore{b: lb, lastUsed: c.clock}
 	return lb, nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -102,5 +103,36 @@ func TestUnzeroedThinPool(t *testing.T) {
 		if len(r.other) != 0 {
 			t.Errorf("%s: commands ran in a refused pool: %q", name, r.other)
 		}
+	}
+}
+
+// TestStoreCacheBounded: the agent keeps a backend for at most maxStores
+// configurations; the one used least recently makes room, one in use
+// stays the same object.
+func TestStoreCacheBounded(t *testing.T) {
+	built := 0
+	c := newStoreCache(func(storeSpec) (backends.Backend, error) { built++; return newFakeBackend(t.TempDir()), nil }, 1)
+	spec := func(i int) storeSpec { return storeSpec{kind: kindLVM, volumeGroup: fmt.Sprintf("vg%d", i)} }
+	inUse, err := c.get(spec(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < 3*maxStores; i++ {
+		if _, err := c.get(spec(i)); err != nil {
+			t.Fatal(err)
+		}
+		again, _ := c.get(spec(0)) // the store in use keeps being used
+		if again != inUse {
+			t.Fatalf("after %d other configurations, the store in use got a new backend", i)
+		}
+	}
+	if len(c.m) != maxStores {
+		t.Errorf("%d configurations cached, want at most %d", len(c.m), maxStores)
+	}
+	if built != 3*maxStores {
+		t.Errorf("built %d backends, want %d (one per configuration)", built, 3*maxStores)
+	}
+	if _, err := c.get(spec(1)); err != nil || built != 3*maxStores+1 {
+		t.Errorf("a dropped configuration was not built again: %v, built %d", err, built)
 	}
 }

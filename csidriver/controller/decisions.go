@@ -10,6 +10,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	storagev1 "k8s.io/api/storage/v1"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
@@ -316,8 +317,36 @@ func desiredExport(v *v1alpha1.PillarVolumeState, store *agentv1.Store, tok *age
 	return d
 }
 
-// tally adds the agent's per-volume answers to a recovery's outcome.
-func tally(out *Pushed, resp *agentv1.ReconcileResponse) {
+// reconcileBatchBytes bounds the entries of one Reconcile request to a
+// quarter of what the agent accepts: its response carries the export of
+// each entry, about as large as the entry, and must fit too.
+const reconcileBatchBytes = agentv1.MaxMessageSize / 4
+
+// reconcileBatches splits a node's desired exports into Reconcile requests
+// whose entries add up to at most maxBytes (an entry larger than that goes
+// alone), in order; every request but the last is partial, so only the
+// last sweeps the exports no entry names. An empty set is one request:
+// its sweep is the whole push.
+func reconcileBatches(desired []*agentv1.DesiredExport, maxBytes int) []*agentv1.ReconcileRequest {
+	var out []*agentv1.ReconcileRequest
+	cur, size := &agentv1.ReconcileRequest{}, 0
+	for _, d := range desired {
+		n := proto.Size(d) + 8 // the entry's tag and length prefix, at most
+		if len(cur.Exports) > 0 && size+n > maxBytes {
+			cur.Partial = true
+			out = append(out, cur)
+			cur, size = &agentv1.ReconcileRequest{}, 0
+		}
+		cur.Exports = append(cur.Exports, d)
+		size += n
+	}
+	return append(out, cur)
+}
+
+// tally adds the agent's answers to one Reconcile batch to a recovery's
+// outcome. The retained exports are those of the batch that swept (the
+// last), less the ones another batch of the push named.
+func tally(out *Pushed, resp *agentv1.ReconcileResponse, pushed map[string]bool) {
 	for _, r := range resp.GetResults() {
 		if codes.Code(r.GetCode()) == codes.OK {
 			out.Restored = append(out.Restored, r.GetVolumeId())
@@ -329,6 +358,9 @@ func tally(out *Pushed, resp *agentv1.ReconcileResponse) {
 		}
 		out.Failed[r.GetVolumeId()] = fmt.Sprintf("%s: %s", codes.Code(r.GetCode()), msg)
 	}
-	out.Retained = resp.GetRetainedSubsystemNqns()
+	out.Retained = slices.DeleteFunc(slices.Clone(resp.GetRetainedSubsystemNqns()), func(nqn string) bool {
+		id, ok := export.VolumeIDFromNQN(nqn)
+		return ok && pushed[id]
+	})
 	slices.Sort(out.Restored)
 }

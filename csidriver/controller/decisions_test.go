@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -514,10 +515,10 @@ func TestTally(t *testing.T) {
 			{VolumeId: "pvc-a", Code: int32(codes.OK)},
 			{VolumeId: "pvc-d", Code: int32(codes.Internal), Message: "configfs: EBUSY"},
 		},
-		RetainedSubsystemNqns: []string{"nqn.2026-01.io.pillar-csi:volume:pvc-gone"},
+		RetainedSubsystemNqns: []string{"nqn.2026-01.io.pillar-csi:volume:pvc-gone", "nqn.2026-01.io.pillar-csi:volume:pvc-earlier-batch"},
 	}
 	out := Pushed{Failed: map[string]string{"pvc-e": "earlier"}, Busy: []string{"pvc-f"}}
-	tally(&out, resp)
+	tally(&out, resp, map[string]bool{"pvc-a": true, "pvc-b": true, "pvc-c": true, "pvc-d": true, "pvc-earlier-batch": true})
 	if !slices.Equal(out.Restored, []string{"pvc-a", "pvc-b"}) {
 		t.Errorf("restored %v, want pvc-a and pvc-b, sorted", out.Restored)
 	}
@@ -529,10 +530,54 @@ func TestTally(t *testing.T) {
 	if !maps.Equal(out.Failed, wantFailed) {
 		t.Errorf("failed %v, want %v", out.Failed, wantFailed)
 	}
-	if !slices.Equal(out.Retained, resp.RetainedSubsystemNqns) || !slices.Equal(out.Busy, []string{"pvc-f"}) {
+	if !slices.Equal(out.Retained, resp.RetainedSubsystemNqns[:1]) || !slices.Equal(out.Busy, []string{"pvc-f"}) {
 		t.Errorf("retained %v, busy %v", out.Retained, out.Busy)
 	}
 	if out.Done() {
 		t.Error("a push with failures is done")
+	}
+}
+
+// TestReconcileBatches: a node with 10,000 exports, each with three
+// allowed hosts, is pushed in requests that each fit the agent's message
+// limit with room for the response; only the last sweeps; every entry is
+// sent once, in order.
+func TestReconcileBatches(t *testing.T) {
+	if got := reconcileBatches(nil, reconcileBatchBytes); len(got) != 1 || got[0].GetPartial() || len(got[0].GetExports()) != 0 {
+		t.Errorf("no exports: %v, want one request that sweeps", got)
+	}
+	desired := make([]*agentv1.DesiredExport, 10000)
+	for i := range desired {
+		id := fmt.Sprintf("pvc-%08d-0000-4000-8000-000000000000", i)
+		desired[i] = &agentv1.DesiredExport{
+			FencingToken: &agentv1.FencingToken{LifecycleUid: "7b0c3c52-4d2e-4c55-9f21-000000000001", PublicationGeneration: 12},
+			VolumeId:     id, SubsystemNqn: export.SubsystemNQNPrefix + id,
+			Store:     &agentv1.Store{Name: "fast", Backend: &agentv1.Store_Zfs{Zfs: &agentv1.ZfsStore{Pool: "tank", ParentDataset: "pillar", Sparse: true}}},
+			Transport: &agentv1.DesiredExport_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: "192.0.2.10", Port: 4420, AclEnabled: true}},
+			AllowedHostNqns: []string{
+				"nqn.2014-08.org.nvmexpress:uuid:6f1c3a52-0d4e-4b8e-9a39-2d7d0a1b0001",
+				"nqn.2014-08.org.nvmexpress:uuid:6f1c3a52-0d4e-4b8e-9a39-2d7d0a1b0002",
+				"nqn.2014-08.org.nvmexpress:uuid:6f1c3a52-0d4e-4b8e-9a39-2d7d0a1b0003",
+			},
+		}
+	}
+	// One request would be 4.17 MB: within the agent's 4 MiB, but not
+	// with its response, which names each entry's export again.
+	if n := proto.Size(&agentv1.ReconcileRequest{Exports: desired}); 2*n <= agentv1.MaxMessageSize {
+		t.Fatalf("the whole set is %d bytes, which fits the %d the agent accepts together with its response: the test proves nothing", n, agentv1.MaxMessageSize)
+	}
+	batches := reconcileBatches(desired, reconcileBatchBytes)
+	var sent []*agentv1.DesiredExport
+	for i, b := range batches {
+		if n := proto.Size(b); n > reconcileBatchBytes {
+			t.Errorf("batch %d is %d bytes, more than %d", i, n, reconcileBatchBytes)
+		}
+		if last := i == len(batches)-1; b.GetPartial() == last {
+			t.Errorf("batch %d of %d: partial %v", i, len(batches), b.GetPartial())
+		}
+		sent = append(sent, b.GetExports()...)
+	}
+	if len(batches) < 5 || !slices.Equal(sent, desired) {
+		t.Errorf("%d batches carry %d entries; want every one of the %d once, in order, in at least 5 batches", len(batches), len(sent), len(desired))
 	}
 }

@@ -99,12 +99,19 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 			desired = append(desired, entry)
 		}
 	}
-	resp, err := conn.Agent.Reconcile(ctx, &agentv1.ReconcileRequest{Exports: desired})
-	if err != nil {
-		return out, mapAgentError(agentName, "Reconcile", err)
+	pushed := make(map[string]bool, len(desired))
+	for _, d := range desired {
+		pushed[d.GetVolumeId()] = true
 	}
-	tally(&out, resp)
-	s.log.Info("desired exports pushed", "agent", agentName, "restored", len(out.Restored), "failed", len(out.Failed),
+	batches := reconcileBatches(desired, reconcileBatchBytes)
+	for _, req := range batches {
+		resp, err := conn.Agent.Reconcile(ctx, req)
+		if err != nil {
+			return out, mapAgentError(agentName, "Reconcile", err)
+		}
+		tally(&out, resp, pushed)
+	}
+	s.log.Info("desired exports pushed", "agent", agentName, "batches", len(batches), "restored", len(out.Restored), "failed", len(out.Failed),
 		"busy", len(out.Busy), "retained", strings.Join(out.Retained, ","))
 	return out, nil
 }

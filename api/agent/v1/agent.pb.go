@@ -2238,8 +2238,12 @@ func (*DesiredExport_NvmeofTcp) isDesiredExport_Transport() {}
 // ReconcileRequest is the node's full desired export state.
 type ReconcileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Every export the node should have.
-	Exports       []*DesiredExport `protobuf:"bytes,1,rep,name=exports,proto3" json:"exports,omitempty"`
+	// Every export the node should have, or one batch of them.
+	Exports []*DesiredExport `protobuf:"bytes,1,rep,name=exports,proto3" json:"exports,omitempty"`
+	// More batches of the same set follow: converge these entries only, and
+	// leave pillar-owned exports the request omits alone (the last batch
+	// sweeps them). The zero value is the whole set in one request.
+	Partial       bool `protobuf:"varint,2,opt,name=partial,proto3" json:"partial,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2279,6 +2283,13 @@ func (x *ReconcileRequest) GetExports() []*DesiredExport {
 		return x.Exports
 	}
 	return nil
+}
+
+func (x *ReconcileRequest) GetPartial() bool {
+	if x != nil {
+		return x.Partial
+	}
+	return false
 }
 
 // ReconcileResult is the outcome for one desired export.
@@ -2571,9 +2582,10 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"nvmeof_tcp\x18\x05 \x01(\v2 .pillar.agent.v1.NvmeofTcpExportH\x00R\tnvmeofTcp\x12*\n" +
 	"\x11allowed_host_nqns\x18\x06 \x03(\tR\x0fallowedHostNqnsB\v\n" +
-	"\ttransport\"L\n" +
+	"\ttransport\"f\n" +
 	"\x10ReconcileRequest\x128\n" +
-	"\aexports\x18\x01 \x03(\v2\x1e.pillar.agent.v1.DesiredExportR\aexports\"\xdd\x01\n" +
+	"\aexports\x18\x01 \x03(\v2\x1e.pillar.agent.v1.DesiredExportR\aexports\x12\x18\n" +
+	"\apartial\x18\x02 \x01(\bR\apartial\"\xdd\x01\n" +
 	"\x0fReconcileResult\x12\x1b\n" +
 	"\tvolume_id\x18\x01 \x01(\tR\bvolumeId\x12\x12\n" +
 	"\x04code\x18\x02 \x01(\x05R\x04code\x12\x18\n" +

@@ -172,6 +172,12 @@ type AgentServiceClient interface {
 	// controller's partial view cannot unexport anything. Subsystems without
 	// the pillar-csi NQN prefix are never touched.
 	//
+	// A node's full set may not fit one message (MaxMessageSize): the
+	// controller then sends it in batches, each but the last with partial
+	// set, which converges its entries and skips the sweep of unlisted
+	// exports. Omission never removes a live export, so an agent that
+	// ignores partial only sweeps more often.
+	//
 	// Idempotent by construction.
 	// Codes: INVALID_ARGUMENT when a volume ID appears twice; otherwise OK
 	// with per-export results (the common codes apply per entry).
@@ -437,6 +443,12 @@ type AgentServiceServer interface {
 	// omits, so omission alone never removes a live volume's export: a stale
 	// controller's partial view cannot unexport anything. Subsystems without
 	// the pillar-csi NQN prefix are never touched.
+	//
+	// A node's full set may not fit one message (MaxMessageSize): the
+	// controller then sends it in batches, each but the last with partial
+	// set, which converges its entries and skips the sweep of unlisted
+	// exports. Omission never removes a live export, so an agent that
+	// ignores partial only sweeps more often.
 	//
 	// Idempotent by construction.
 	// Codes: INVALID_ARGUMENT when a volume ID appears twice; otherwise OK

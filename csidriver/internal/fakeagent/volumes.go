@@ -325,6 +325,9 @@ func (s *service) Reconcile(ctx context.Context, req *agentv1.ReconcileRequest) 
 		}
 		resp.Results = append(resp.Results, r)
 	}
+	if req.GetPartial() {
+		return resp, nil // the last batch sweeps
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for id, e := range a.exports {

@@ -1,0 +1,8 @@
+package agentv1
+
+// MaxMessageSize is the largest request or response pillar-agent accepts
+// or sends: 4 MiB, gRPC's default for receiving. A client keeps each
+// request below it, and below it with room for its response, whose size
+// follows the request's: Reconcile is sent in batches
+// (ReconcileRequest.Partial) for a node with more exports than fit.
+const MaxMessageSize = 4 << 20
