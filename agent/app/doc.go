@@ -17,7 +17,7 @@
 //	-tls-ca-file file           CA bundle client certificates must chain to (PEM)
 //	-token-dir dir              every file in it is a token a call may carry (required without mutual TLS)
 //	-allow-unauthenticated      plaintext without -token-dir: anyone who reaches the port is obeyed
-//	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 20s)
+//	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 3m0s)
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
 //	-store-concurrency n        backend calls at once per store; more wait while their caller does (default 4)
 //	-readiness-interval d       how often readiness is checked (default 5s)
@@ -137,13 +137,20 @@
 //
 // On SIGTERM or SIGINT the health service turns NOT_SERVING, new calls are
 // refused, calls in flight get -shutdown-grace-period to finish and are cut
-// after it, the HTTP server stops, and the server is closed, which releases
-// the fencing store's lock. The exit status is 0.
+// after it, the HTTP server stops, and the server is closed, which waits
+// for the backend commands already admitted (they do not follow their
+// caller) and releases the fencing store's lock. The exit status is 0. The
+// default grace, 3 minutes, covers the longest command (-command-timeout,
+// 2 minutes) with room to spare: a command killed half-way can leave a
+// volume no retry repairs. The pod's terminationGracePeriodSeconds must
+// be longer than the grace; the chart makes it 30 s longer.
 //
 // # Limits
 //
-// Messages up to 16 MiB each way; a new connection must finish its
-// handshake within 10 s; idle connections are pinged every minute and
+// Messages up to 4 MiB each way (agentv1.MaxMessageSize); 256 calls in
+// flight per connection; 16 open connections per address and 256 in all,
+// a connection over either closed at once (logged at most every 10 s); a
+// new connection must finish its handshake within 10 s; idle connections are pinged every minute and
 // dropped after 20 s without an answer; clients may ping at most every
 // 10 s (faster pingers get GOAWAY). The HTTP server bounds header reads
 // (5 s), requests (10 s) and responses (30 s).

@@ -28,13 +28,15 @@ const (
 	DefaultListenAddress = ":9420"
 	// DefaultMetricsAddress serves /metrics, /healthz and /readyz.
 	DefaultMetricsAddress = ":9421"
-	// DefaultShutdownGracePeriod is how long in-flight calls may run
-	// after SIGTERM. It stays under the kubelet's default 30 s
-	// terminationGracePeriodSeconds so the fencing store is closed before
-	// SIGKILL.
-	DefaultShutdownGracePeriod = 20 * time.Second
 	// DefaultCommandTimeout bounds each zfs, zpool and lvm command.
 	DefaultCommandTimeout = 2 * time.Minute
+	// DefaultShutdownGracePeriod is how long in-flight calls may run
+	// after SIGTERM, while new ones are refused. It covers the longest
+	// command with a minute to spare: an lvcreate killed half-way leaves a
+	// thin LV that no retry repairs. The pod's
+	// terminationGracePeriodSeconds must be longer still (the chart adds
+	// 30 s), so the fencing store is closed before SIGKILL.
+	DefaultShutdownGracePeriod = DefaultCommandTimeout + time.Minute
 	// DefaultReadinessInterval is how often Ready is asked.
 	DefaultReadinessInterval = 5 * time.Second
 )

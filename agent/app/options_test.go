@@ -119,7 +119,7 @@ func TestParseFlagsHelp(t *testing.T) {
 		"-log-level", "(default INFO)",
 		"-log-format", `(default "json")`,
 		"-tls-cert-file", "-tls-key-file", "-tls-ca-file",
-		"-shutdown-grace-period", "(default 20s)",
+		"-shutdown-grace-period", "(default 3m0s)",
 		"-command-timeout", "(default 2m0s)",
 		"-store-concurrency", "(default 4)",
 		"-readiness-interval", "(default 5s)",

@@ -192,7 +192,8 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 		CertificateNotAfter: notAft,
 	})
 
-	gs := newGRPCServer(creds, auth, m, logger)
+	watchesEnd := make(chan struct{})
+	gs := newGRPCServer(creds, auth, m, logger, watchesEnd)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	svc.Register(gs)
@@ -250,6 +251,9 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 
 	stopPolling()
 	rd.shutdown()
+	// Health watchers have been told NOT_SERVING; their streams never
+	// end by themselves, and the grace is for calls.
+	close(watchesEnd)
 	stopGRPC(gs, opts.ShutdownGracePeriod, logger)
 	if hsrv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
@@ -267,8 +271,9 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 }
 
 // newGRPCServer applies the agent's limits and interceptors; creds nil
-// means plaintext, auth nil accepts calls without a token.
-func newGRPCServer(creds credentials.TransportCredentials, auth *authenticator, m *metrics.Metrics, logger *slog.Logger) *grpc.Server {
+// means plaintext, auth nil accepts calls without a token. Closing
+// watchesEnd ends every health Watch stream.
+func newGRPCServer(creds credentials.TransportCredentials, auth *authenticator, m *metrics.Metrics, logger *slog.Logger, watchesEnd <-chan struct{}) *grpc.Server {
 	// Metrics outermost, so the latency includes the logging and refused
 	// calls are counted; the token check next, so a refused call reaches
 	// nothing else; recovery innermost, so a panic is logged and counted
@@ -280,7 +285,7 @@ func newGRPCServer(creds credentials.TransportCredentials, auth *authenticator, 
 		stream = append(stream, auth.stream())
 	}
 	unary = append(unary, logInterceptor(logger), recoverInterceptor(logger, m))
-	stream = append(stream, recoverStreamInterceptor(logger, m))
+	stream = append(stream, endWatches(watchesEnd), recoverStreamInterceptor(logger, m))
 	gopts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
@@ -296,6 +301,35 @@ func newGRPCServer(creds credentials.TransportCredentials, auth *authenticator, 
 	}
 	return grpc.NewServer(gopts...)
 }
+
+// endWatches ends a health Watch stream once done is closed. Every
+// pillar-controller keeps one open on each agent, and GracefulStop waits
+// for every stream: without it each shutdown would last the whole grace
+// period, although no call was in flight.
+func endWatches(done <-chan struct{}) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if info.FullMethod != healthpb.Health_Watch_FullMethodName {
+			return handler(srv, ss)
+		}
+		ctx, cancel := context.WithCancel(ss.Context())
+		defer cancel()
+		go func() {
+			select {
+			case <-done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		return handler(srv, &streamWithContext{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type streamWithContext struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *streamWithContext) Context() context.Context { return s.ctx }
 
 // stopGRPC lets in-flight calls finish for up to grace, then cuts what is
 // left. GracefulStop also waits for streams such as a health Watch, which

@@ -559,6 +559,13 @@ func TestGracefulShutdown(t *testing.T) {
 	if svc.closed.Load() != 0 {
 		t.Fatal("service closed while a call was in flight")
 	}
+	// No new call is admitted while the started one finishes.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_, err = agentv1.NewAgentServiceClient(dial(t, a.grpcAddr, nil)).CreateVolume(ctx, &agentv1.CreateVolumeRequest{VolumeId: "slow"})
+	cancel()
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("a new call during shutdown: %v, want UNAVAILABLE", err)
+	}
 	wcancel() // a Watch never ends by itself; the client ends it
 	close(svc.release)
 	if err := <-inflight; err != nil {
@@ -575,6 +582,36 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if n := svc.closed.Load(); n != 1 {
 		t.Fatalf("Close called %d times, want 1", n)
+	}
+}
+
+// TestShutdownEndsHealthWatches: a controller's health Watch, which never
+// ends by itself, is told NOT_SERVING and then ended, so an idle agent
+// stops at once instead of waiting out its grace period.
+func TestShutdownEndsHealthWatches(t *testing.T) {
+	o := testOptions()
+	o.ShutdownGracePeriod = time.Minute
+	a := start(t, o, newFake())
+	watch, err := healthpb.NewHealthClient(dial(t, a.grpcAddr, nil)).Watch(context.Background(),
+		&healthpb.HealthCheckRequest{Service: agentv1.AgentService_ServiceDesc.ServiceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := watch.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("first watch status = %v, %v", r, err)
+	}
+	began := time.Now()
+	if err := a.stop(t); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("an idle agent with a health watcher took %v to stop (grace %v)", took, o.ShutdownGracePeriod)
+	}
+	if r, err := watch.Recv(); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("watch status at shutdown = %v, %v; want NOT_SERVING", r, err)
+	}
+	if _, err := watch.Recv(); err == nil {
+		t.Error("the watch went on after the agent stopped")
 	}
 }
 

@@ -543,8 +543,13 @@ func checkAgent(t *testing.T, r *rendered, n objectNames, tlsSecret string, lvmR
 	// must carry a token of the mounted Secret.
 	for _, a := range []string{"-node-name=$(NODE_NAME)", "-listen-address=[$(HOST_IP)]:9420", "-metrics-address=[$(HOST_IP)]:9421",
 		"-generations-dir=/var/lib/pillar-csi/agent/generations", "-configfs-root=/sys/kernel/config", "-host-root=/host",
-		"-token-dir=/etc/pillar-csi/agent-token"} {
+		"-token-dir=/etc/pillar-csi/agent-token", "-shutdown-grace-period=180s"} {
 		wantArg(t, c.Name, c.Args, a)
+	}
+	// The calls in flight finish before SIGKILL: the agent's grace covers
+	// its longest command (2 minutes), the pod's covers the agent's.
+	if g := pod.TerminationGracePeriodSeconds; g == nil || *g != 210 {
+		t.Errorf("agent terminationGracePeriodSeconds %v, want 210 (the 180 s shutdown grace and 30 s to close)", g)
 	}
 	wantEnvFieldRef(t, c, "HOST_IP", "status.hostIP")
 	wantTokenMount(t, r, n, pod, c)
