@@ -485,3 +485,42 @@ func ignoreNotExist(err error) error {
 	}
 	return err
 }
+
+// Linked reports, for every subsystem that exists, how many ports it is
+// linked to. It reads two directory levels and no attribute, so it is
+// cheap enough to run every few seconds on a node with thousands of
+// exports: enough to notice an export that another tool removed (its
+// subsystem gone, or no longer linked to a port), not to compare one in
+// full (ReadExport does that).
+func (f *FS) Linked(ctx context.Context) (map[string]int, error) {
+	subs, err := f.listDirs(f.subsystemsDir())
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int, len(subs))
+	for _, nqn := range subs {
+		out[nqn] = 0
+	}
+	ports, err := f.listDirs(f.portsDir())
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ports {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		linked, err := f.listLinks(f.portDir(p)+"/subsystems", "subsystems")
+		if IsNotExist(err) {
+			continue // removed while we read
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, nqn := range linked {
+			if _, ok := out[nqn]; ok {
+				out[nqn]++
+			}
+		}
+	}
+	return out, nil
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -260,5 +261,40 @@ func TestReadKernelFixture(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, st); diff != "" {
 		t.Errorf("Read (-want +got):\n%s", diff)
+	}
+}
+
+// TestLinked: every subsystem with the number of ports it is linked to; a
+// subsystem whose port link another tool removed counts 0, one removed is
+// absent.
+func TestLinked(t *testing.T) {
+	_, fs := newKernelSim(t)
+	ctx := context.Background()
+	a, b, c := fullExport(t, 1), fullExport(t, 2), fullExport(t, 3)
+	c.Ports = nil
+	for _, e := range []Export{a, b, c} {
+		mustApply(t, fs, e)
+	}
+	got, err := fs.Linked(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{a.NQN: 1, b.NQN: 1, c.NQN: 0}; !maps.Equal(got, want) {
+		t.Fatalf("Linked = %v, want %v", got, want)
+	}
+	st := mustRead(t, fs)
+	port := strconv.FormatUint(uint64(st.Ports[0].ID), 10)
+	if err := os.Remove(filepath.Join(fs.Root(), "nvmet", "ports", port, "subsystems", a.NQN)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Remove(ctx, b.NQN); err != nil {
+		t.Fatal(err)
+	}
+	got, err = fs.Linked(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{a.NQN: 0, c.NQN: 0}; !maps.Equal(got, want) {
+		t.Errorf("after unlinking %s and removing %s: Linked = %v, want %v", a.NQN, b.NQN, got, want)
 	}
 }

@@ -21,6 +21,7 @@
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
 //	-store-concurrency n        backend calls at once per store; more wait while their caller does (default 4)
 //	-readiness-interval d       how often readiness is checked (default 5s)
+//	-drift-interval d           how often exports something else removed are put back (default 5s; 0: never)
 //	-host-root dir              the host's / mounted in the container: run the host's zfs, zpool, lvm chrooted into it
 //	-version                    print the version and exit
 //	-lvm-reject regexp          device paths LVM never scans (repeatable; global_filter r|regexp| entries)

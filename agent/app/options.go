@@ -39,6 +39,13 @@ const (
 	DefaultShutdownGracePeriod = DefaultCommandTimeout + time.Minute
 	// DefaultReadinessInterval is how often Ready is asked.
 	DefaultReadinessInterval = 5 * time.Second
+	// DefaultDriftInterval is how often the agent checks that the exports
+	// it made are still in nvmet. A connected host queues its I/O and
+	// reconnects every reconnect_delay (10 s by default) until its
+	// controller-loss timeout (600 s by default, or the PillarProtocol's
+	// connect.ctrlLossTimeoutSeconds), so an export put back within a few
+	// seconds costs it a pause, not an I/O error.
+	DefaultDriftInterval = 5 * time.Second
 )
 
 // NodeNameEnv is the environment variable the node name is taken from when
@@ -98,6 +105,10 @@ type Options struct {
 	// ReadinessInterval is how often the service's Ready is asked; the
 	// gRPC health status and /readyz follow the answer.
 	ReadinessInterval time.Duration
+	// DriftInterval is how often the exports the agent made are checked
+	// in nvmet and those something else removed put back; 0 turns the
+	// check off.
+	DriftInterval time.Duration
 	// LogOutput receives the logs; os.Stderr if nil.
 	LogOutput io.Writer
 
@@ -120,6 +131,7 @@ func DefaultOptions() Options {
 		CommandTimeout:      DefaultCommandTimeout,
 		StoreConcurrency:    server.DefaultStoreConcurrency,
 		ReadinessInterval:   DefaultReadinessInterval,
+		DriftInterval:       DefaultDriftInterval,
 	}
 }
 
@@ -173,6 +185,7 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 		return nil
 	})
 	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "how often readiness is checked for the gRPC health service and /readyz")
+	fs.DurationVar(&o.DriftInterval, "drift-interval", o.DriftInterval, "how often the exports the agent made are checked in nvmet, and those something else removed put back (0: never)")
 
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -240,6 +253,9 @@ func (o Options) Validate() error {
 	}
 	if o.StoreConcurrency < 1 {
 		return fmt.Errorf("-store-concurrency: %d must be at least 1", o.StoreConcurrency)
+	}
+	if o.DriftInterval < 0 {
+		return fmt.Errorf("-drift-interval: %v is negative", o.DriftInterval)
 	}
 	if o.ReadinessInterval <= 0 {
 		return fmt.Errorf("-readiness-interval: %v must be positive", o.ReadinessInterval)

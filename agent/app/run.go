@@ -38,6 +38,11 @@ type service interface {
 	Stats() server.Stats
 	// Close releases what the service holds (the fencing store's lock).
 	Close() error
+	// RestoreDrift puts back the exports something else removed, and
+	// says how many (server.Server.RestoreDrift).
+	RestoreDrift(ctx context.Context) (int, error)
+	// ExportsRestored counts what RestoreDrift put back since the start.
+	ExportsRestored() uint64
 }
 
 // newServiceFunc builds the service run hosts, after run has checked the
@@ -190,6 +195,7 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 			return st.Volumes, st.Exports
 		},
 		CertificateNotAfter: notAft,
+		ExportsRestored:     svc.ExportsRestored,
 	})
 
 	watchesEnd := make(chan struct{})
@@ -240,6 +246,9 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 	}
 	pollCtx, stopPolling := context.WithCancel(ctx)
 	wg.Go(func() { rd.poll(pollCtx, opts.ReadinessInterval) })
+	if opts.DriftInterval > 0 {
+		wg.Go(func() { watchDrift(pollCtx, svc, opts.DriftInterval, logger) })
+	}
 
 	var failed error
 	select {
@@ -300,6 +309,33 @@ func newGRPCServer(creds credentials.TransportCredentials, auth *authenticator, 
 		gopts = append(gopts, grpc.Creds(creds))
 	}
 	return grpc.NewServer(gopts...)
+}
+
+// watchDrift runs svc.RestoreDrift every interval until ctx ends. A
+// failed check (nvmet not loaded yet) is logged when it starts failing
+// and when it recovers, not at every tick.
+func watchDrift(ctx context.Context, svc service, interval time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, max(interval, 10*time.Second))
+		_, err := svc.RestoreDrift(cctx)
+		cancel()
+		switch {
+		case err != nil && !failing && ctx.Err() == nil:
+			logger.Warn("cannot check the exports in nvmet; retrying", "error", err, "interval", interval.String())
+			failing = true
+		case err == nil && failing:
+			logger.Info("checking the exports in nvmet again")
+			failing = false
+		}
+	}
 }
 
 // endWatches ends a health Watch stream once done is closed. Every

@@ -40,8 +40,10 @@ type fakeService struct {
 	readyErr atomic.Pointer[error]
 	stats    server.Stats
 	closed   atomic.Int32
-	started  chan struct{} // receives when a slow call starts
-	release  chan struct{}
+	// driftChecks counts RestoreDrift calls.
+	driftChecks atomic.Int32
+	started     chan struct{} // receives when a slow call starts
+	release     chan struct{}
 }
 
 func newFake() *fakeService {
@@ -58,6 +60,12 @@ func (f *fakeService) Ready(context.Context) error {
 	return nil
 }
 func (f *fakeService) setReady(err error) { f.readyErr.Store(&err) }
+
+func (f *fakeService) RestoreDrift(context.Context) (int, error) {
+	f.driftChecks.Add(1)
+	return 0, nil
+}
+func (f *fakeService) ExportsRestored() uint64 { return 7 }
 
 func (f *fakeService) GetAgentInfo(context.Context, *agentv1.GetAgentInfoRequest) (*agentv1.GetAgentInfoResponse, error) {
 	return &agentv1.GetAgentInfoResponse{NodeName: "storage-1"}, nil
@@ -433,6 +441,7 @@ func TestMetricsAndHTTPEndpoints(t *testing.T) {
 		`pillar_agent_rpc_errors_total{code="FailedPrecondition",method="CreateVolume",` + svc + `} 1`,
 		`pillar_agent_volumes 5`,
 		`pillar_agent_exports 3`,
+		`pillar_agent_exports_restored_total 7`,
 		`pillar_agent_ready 1`,
 		`pillar_agent_build_info{node="storage-1",version="v0.0.0-test"} 1`,
 	} {
@@ -582,6 +591,27 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if n := svc.closed.Load(); n != 1 {
 		t.Fatalf("Close called %d times, want 1", n)
+	}
+}
+
+// TestDriftIsChecked: the agent asks its service to put back removed
+// exports every -drift-interval, and never with 0.
+func TestDriftIsChecked(t *testing.T) {
+	o := testOptions()
+	o.DriftInterval = 10 * time.Millisecond
+	svc := newFake()
+	start(t, o, svc)
+	eventually(t, "two drift checks", func() bool { return svc.driftChecks.Load() >= 2 })
+
+	o.DriftInterval = 0
+	off := newFake()
+	a := start(t, o, off)
+	time.Sleep(100 * time.Millisecond)
+	if err := a.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	if n := off.driftChecks.Load(); n != 0 {
+		t.Errorf("%d drift checks with -drift-interval=0", n)
 	}
 }
 

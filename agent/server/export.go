@@ -99,6 +99,7 @@ func (s *Server) apply(ctx context.Context, log *slog.Logger, e configfs.Export,
 	err := s.nvmet.Apply(ctx, e)
 	if err == nil {
 		s.noteExport(e.NQN, true)
+		s.noteApplied(e)
 		return nil
 	}
 	if !existed {
@@ -269,6 +270,7 @@ func (s *Server) UnexportVolume(ctx context.Context, req *agentv1.UnexportVolume
 			return toStatus(ctx, op, id, err)
 		}
 		s.noteExport(ident.SubsystemNQN, false)
+		s.forgetApplied(ident.SubsystemNQN)
 		return nil
 	})
 	if err != nil {
@@ -375,6 +377,7 @@ func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *
 			log.Error("access list change failed", "op", op, "host_nqn", host, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
+		s.noteApplied(e)
 		log.Info("access list changed", "op", op, "host_nqn", host)
 		return nil
 	})

@@ -107,6 +107,16 @@ func (f *fakeNvmet) read() *configfs.State {
 	return st
 }
 
+func (f *fakeNvmet) Linked(ctx context.Context) (map[string]int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]int{}
+	for nqn, e := range f.exports {
+		out[nqn] = len(e.Ports)
+	}
+	return out, nil
+}
+
 func (f *fakeNvmet) ReadExport(ctx context.Context, nqn string) (configfs.Export, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

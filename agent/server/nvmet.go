@@ -17,6 +17,7 @@ type nvmet interface {
 	ReadSubsystem(ctx context.Context, nqn string) (configfs.Subsystem, bool, error)
 	ReadExport(ctx context.Context, nqn string) (configfs.Export, bool, error)
 	RevalidateSize(ctx context.Context, nqn string, nsid uint32) error
+	Linked(ctx context.Context) (map[string]int, error)
 }
 
 var _ nvmet = (*configfs.FS)(nil)

@@ -131,6 +131,7 @@ func (s *Server) reconcileUnlisted(ctx context.Context, id string, sub configfs.
 		return false
 	}
 	s.noteExport(sub.NQN, false)
+	s.forgetApplied(sub.NQN)
 	log.Info("unlisted export removed", "lifecycle_ended", ended, "device_gone", gone)
 	return true
 }

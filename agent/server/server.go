@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
@@ -103,6 +104,14 @@ type Server struct {
 	knownMu sync.Mutex
 	volumes map[string]struct{}
 	exports map[string]struct{}
+
+	// applied is every pillar-owned export as this agent last made it
+	// (or found it at start-up), by NQN, until the agent removes it: what
+	// RestoreDrift puts back when something else removes it. Unlike
+	// exports, a read of configfs never changes it.
+	appliedMu sync.Mutex
+	applied   map[string]configfs.Export
+	restored  atomic.Uint64
 }
 
 // Stats is what the agent currently knows about and owns, for gauges.
@@ -185,11 +194,18 @@ func newServer(cfg Config, nv nvmet, factory backendFactory) (*Server, error) {
 		instanceID: instanceID,
 		volumes:    liveVolumes(ctx, log, marks),
 		exports:    map[string]struct{}{},
+		applied:    map[string]configfs.Export{},
 	}
 	// Count the exports that survived an agent restart. nvmet may not be
 	// loaded yet; Ready says so and the count catches up on the next look.
 	if st, err := nv.Read(ctx); err == nil {
 		s.noteExports(st)
+		for _, sub := range st.Subsystems {
+			if _, ok := ownedVolumeID(sub.NQN); ok {
+				e, _ := st.Export(sub.NQN)
+				s.noteApplied(e)
+			}
+		}
 	} else {
 		log.Warn("cannot read nvmet configfs at start-up", "root", cfg.ConfigfsRoot, "error", err)
 	}

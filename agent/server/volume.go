@@ -116,6 +116,7 @@ func (s *Server) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequ
 			return toStatus(ctx, op, id, err)
 		}
 		s.noteExport(ident.SubsystemNQN, false)
+		s.forgetApplied(ident.SubsystemNQN)
 		if err := b.Delete(ctx, id); err != nil {
 			log.Error("delete failed", "error", err)
 			return toStatus(ctx, op, id, err)

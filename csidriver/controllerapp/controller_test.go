@@ -103,6 +103,11 @@ func TestAgentLifecycle(t *testing.T) {
 	fa.SetCapabilities(agentv1.Capability_CAPABILITY_BACKEND_ZFS, agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP)
 	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
 
+	// The agent put back exports something else removed: announced once
+	// the refresh sees the count grow.
+	fa.SetExportsRestored(2)
+	wantContains(t, "ExportsRestored event", waitEvent(t, "agent-a", "ExportsRestored", quick), "put back 2 export(s)", "nvmetcli clear")
+
 	// A change of address (spec.address now overrides the Node) reconnects.
 	patch := client.MergeFrom(a.DeepCopy())
 	a.Spec.Address = "127.0.0.1"

@@ -61,6 +61,42 @@ type AgentReconciler struct {
 	Now func() time.Time
 
 	backoff backoff
+	drift   restoredCounts
+}
+
+// restoredCounts remembers, per agent, the last exports_restored its
+// instance reported, so each increase is announced once.
+type restoredCounts struct {
+	mu   sync.Mutex
+	seen map[string]restoredCount
+}
+
+type restoredCount struct {
+	instance string
+	n        uint64
+}
+
+// increase records n for the agent's instance and returns by how much it
+// grew since the last report of the same instance (all of n for an
+// instance not seen before).
+func (c *restoredCounts) increase(agent, instance string, n uint64) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil {
+		c.seen = map[string]restoredCount{}
+	}
+	last := c.seen[agent]
+	c.seen[agent] = restoredCount{instance: instance, n: n}
+	if last.instance != instance || n < last.n {
+		return n
+	}
+	return n - last.n
+}
+
+func (c *restoredCounts) forget(agent string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.seen, agent)
 }
 
 // Reconcile implements reconcile.Reconciler.
@@ -70,6 +106,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		if apierrors.IsNotFound(err) {
 			r.Connector.Pool.Forget(req.Name)
 			r.backoff.forget(req.Name)
+			r.drift.forget(req.Name)
 			r.Metrics.forgetAgent(req.Name)
 			return ctrl.Result{}, nil
 		}
@@ -95,6 +132,13 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	if restart != nil {
 		restart()
+	}
+	if info != nil && r.Recorder != nil {
+		if n := r.drift.increase(a.Name, info.GetInstanceId(), info.GetExportsRestored()); n > 0 {
+			r.Recorder.Eventf(&a, nil, corev1.EventTypeWarning, "ExportsRestored", "Reconcile",
+				"pillar-agent put back %d export(s) that something else on the storage node removed from nvmet (nvmetcli clear, another tool?): "+
+					"find what manages nvmet there; pillar_agent_exports_restored_total counts them", n)
+		}
 	}
 	if transition {
 		announce(r.Recorder, &a, v)

@@ -210,3 +210,23 @@ func TestAnnounce(t *testing.T) {
 		t.Errorf("events = %q, want %q (a pending state earns none)", got, want)
 	}
 }
+
+// TestRestoredCounts: each growth of an agent instance's exports_restored
+// is announced once; a new instance's count is announced whole.
+func TestRestoredCounts(t *testing.T) {
+	var c restoredCounts
+	for _, step := range []struct {
+		instance string
+		n, want  uint64
+	}{
+		{"i1", 0, 0}, {"i1", 2, 2}, {"i1", 2, 0}, {"i1", 5, 3}, {"i2", 1, 1}, {"i2", 1, 0},
+	} {
+		if got := c.increase("agent-a", step.instance, step.n); got != step.want {
+			t.Errorf("instance %s reports %d: increase %d, want %d", step.instance, step.n, got, step.want)
+		}
+	}
+	c.forget("agent-a")
+	if got := c.increase("agent-a", "i2", 1); got != 1 {
+		t.Errorf("after forget: increase %d, want 1", got)
+	}
+}

@@ -36,6 +36,9 @@ type Config struct {
 	// CertificateNotAfter, if set, returns when the serving certificate
 	// expires; called at every scrape.
 	CertificateNotAfter func() time.Time
+	// ExportsRestored, if set, returns how many exports the agent put back
+	// after something else removed them; called at every scrape.
+	ExportsRestored func() uint64
 }
 
 // Metrics is the agent's registry and the metrics the agent updates.
@@ -80,6 +83,12 @@ func New(cfg Config) *Metrics {
 	)
 	if cfg.Stats != nil {
 		m.reg.MustRegister(statsCollector(cfg.Stats))
+	}
+	if cfg.ExportsRestored != nil {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "exports_restored_total",
+			Help: "Exports the agent put back after something other than the agent removed them from nvmet (nvmetcli clear, another tool). Any means something else manages nvmet on the node.",
+		}, func() float64 { return float64(cfg.ExportsRestored()) }))
 	}
 	if cfg.CertificateNotAfter != nil {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -961,9 +961,14 @@ type GetAgentInfoResponse struct {
 	// The storage node's kernel boot ID (/proc/sys/kernel/random/boot_id).
 	// It changes exactly when the node rebooted, which empties configfs.
 	// Empty when the agent cannot read it or predates the field.
-	BootId        string `protobuf:"bytes,5,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BootId string `protobuf:"bytes,5,opt,name=boot_id,json=bootId,proto3" json:"boot_id,omitempty"`
+	// How many exports the agent has put back since it started (instance_id)
+	// after something other than the agent removed them from nvmet
+	// (nvmetcli clear, another tool). Zero from an agent that does not
+	// check.
+	ExportsRestored uint64 `protobuf:"varint,6,opt,name=exports_restored,json=exportsRestored,proto3" json:"exports_restored,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetAgentInfoResponse) Reset() {
@@ -1029,6 +1034,13 @@ func (x *GetAgentInfoResponse) GetBootId() string {
 		return x.BootId
 	}
 	return ""
+}
+
+func (x *GetAgentInfoResponse) GetExportsRestored() uint64 {
+	if x != nil {
+		return x.ExportsRestored
+	}
+	return 0
 }
 
 // GetCapacityRequest names a store.
@@ -2507,14 +2519,15 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"nvmeof_tcp\x18\x06 \x01(\v2 .pillar.agent.v1.NvmeofTcpExportH\x00R\tnvmeofTcp\x12*\n" +
 	"\x11allowed_host_nqns\x18\a \x03(\tR\x0fallowedHostNqnsB\v\n" +
 	"\ttransport\"\x15\n" +
-	"\x13GetAgentInfoRequest\"\xd3\x01\n" +
+	"\x13GetAgentInfoRequest\"\xfe\x01\n" +
 	"\x14GetAgentInfoResponse\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12?\n" +
 	"\fcapabilities\x18\x03 \x03(\x0e2\x1b.pillar.agent.v1.CapabilityR\fcapabilities\x12\x1f\n" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
-	"\aboot_id\x18\x05 \x01(\tR\x06bootId\"B\n" +
+	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x12)\n" +
+	"\x10exports_restored\x18\x06 \x01(\x04R\x0fexportsRestored\"B\n" +
 	"\x12GetCapacityRequest\x12,\n" +
 	"\x05store\x18\x01 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\"_\n" +
 	"\x13GetCapacityResponse\x12\x1f\n" +

@@ -47,6 +47,7 @@ type Agent struct {
 	version  string
 	bootID   string
 	caps     []agentv1.Capability
+	restored uint64              // GetAgentInfo's exports_restored
 	stores   map[string]Capacity // by pool or volume group
 	instance string
 	calls    map[string]int
@@ -209,6 +210,13 @@ func (a *Agent) SetCapabilities(c ...agentv1.Capability) {
 	a.caps = c
 }
 
+// SetExportsRestored sets the exports_restored GetAgentInfo reports.
+func (a *Agent) SetExportsRestored(n uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.restored = n
+}
+
 // SetStore sets what GetCapacity answers for a pool or volume group.
 func (a *Agent) SetStore(pool string, c Capacity) {
 	a.mu.Lock()
@@ -257,7 +265,7 @@ func (s *service) GetAgentInfo(context.Context, *agentv1.GetAgentInfoRequest) (*
 	defer a.mu.Unlock()
 	a.calls["GetAgentInfo"]++
 	return &agentv1.GetAgentInfoResponse{AgentVersion: a.version, NodeName: a.node, Capabilities: append([]agentv1.Capability(nil), a.caps...),
-		InstanceId: a.instance, BootId: a.bootID}, nil
+		InstanceId: a.instance, BootId: a.bootID, ExportsRestored: a.restored}, nil
 }
 
 func (s *service) GetCapacity(_ context.Context, req *agentv1.GetCapacityRequest) (*agentv1.GetCapacityResponse, error) {
