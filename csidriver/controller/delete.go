@@ -4,14 +4,18 @@ import (
 	"context"
 	"net"
 	"slices"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+	"github.com/pillar-csi/pillar-csi/csidriver/driver"
 )
 
 // DeleteVolume removes the export, then has the agent delete the backend
@@ -31,6 +35,11 @@ func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 	err = s.retrying(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
 		if v == nil {
 			return nil
+		}
+		if v.DeletionTimestamp.IsZero() {
+			if err := s.noOtherPV(ctx, id); err != nil {
+				return err
+			}
 		}
 		if len(v.Spec.Publications) > 0 {
 			return errorf(codes.FailedPrecondition, id, "the volume is still published to %s: unpublish it first", nodesOf(v))
@@ -113,4 +122,51 @@ func nodesOfPubs(pubs []v1alpha1.Publication) []string {
 
 func cutPort(endpoint string) (host, port string, err error) {
 	return net.SplitHostPort(endpoint)
+}
+
+// IndexVolumeHandle indexes PersistentVolumes of this driver by
+// spec.csi.volumeHandle (see VolumeHandles).
+const IndexVolumeHandle = "spec.csi.volumeHandle"
+
+// VolumeHandles is the index function of IndexVolumeHandle.
+func VolumeHandles(o client.Object) []string {
+	pv, ok := o.(*corev1.PersistentVolume)
+	if !ok || pv.Spec.CSI == nil || pv.Spec.CSI.Driver != driver.Name {
+		return nil
+	}
+	return []string{pv.Spec.CSI.VolumeHandle}
+}
+
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;watch
+
+// noOtherPV refuses to delete volume id while a PersistentVolume other
+// than its own (named id, as the external-provisioner names it) still names
+// it as its volumeHandle: a read-only PersistentVolume made by hand for
+// the volume (docs/install.md, "Sharing a volume read-only") would serve
+// readers whose data is gone. FAILED_PRECONDITION: the provisioner retries
+// until that PersistentVolume is deleted.
+func (s *Service) noOtherPV(ctx context.Context, id string) error {
+	var pvs corev1.PersistentVolumeList
+	var err error
+	if s.cfg.PersistentVolumes != nil {
+		err = s.cfg.PersistentVolumes.List(ctx, &pvs, client.MatchingFields{IndexVolumeHandle: id})
+	} else {
+		err = s.cfg.Reader.List(ctx, &pvs)
+	}
+	if err != nil {
+		return errorf(codes.Unavailable, id, "listing the PersistentVolumes that name the volume: %v", err)
+	}
+	var others []string
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		if pv.Name != id && slices.Contains(VolumeHandles(pv), id) {
+			others = append(others, pv.Name)
+		}
+	}
+	if len(others) > 0 {
+		slices.Sort(others)
+		return errorf(codes.FailedPrecondition, id, "PersistentVolume %s still names this volume (spec.csi.volumeHandle): deleting it would destroy the data it serves; delete that PersistentVolume first",
+			strings.Join(others, ", "))
+	}
+	return nil
 }

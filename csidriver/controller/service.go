@@ -33,6 +33,10 @@ type Config struct {
 	// manager's APIReader): every decision about a volume starts from its
 	// current record, never from a cache that may lag.
 	Reader client.Reader
+	// PersistentVolumes lists PersistentVolumes by IndexVolumeHandle (the
+	// manager's cached client, with that index); nil lists them all from
+	// Reader.
+	PersistentVolumes client.Reader
 	// Connector reaches agents (shared with the reconcilers).
 	Connector *reconcile.Connector
 	// Metrics may be nil.

@@ -15,7 +15,10 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -655,5 +658,77 @@ func TestListAndGetVolume(t *testing.T) {
 	}
 	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDeleteVolumeRefusedWhileAnotherPVNamesIt: a read-only
+// PersistentVolume made by hand for a volume (docs/install.md, "Sharing a
+// volume read-only") keeps the volume from being deleted; the volume's
+// own PersistentVolume (named as the volume) does not; once the other is
+// gone the delete goes ahead.
+func TestDeleteVolumeRefusedWhileAnotherPVNamesIt(t *testing.T) {
+	needServer(t)
+	id := uniq("pvc-shared")
+	ctx := context.Background()
+	s := newService(t)
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	pv := func(name string, mode corev1.PersistentVolumeAccessMode) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+			Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("8Mi")},
+			AccessModes: []corev1.PersistentVolumeAccessMode{mode},
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+				Driver: driver.Name, VolumeHandle: id, FSType: "ext4"}},
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+		}}
+	}
+	own, reader := pv(id, corev1.ReadWriteOnce), pv(id+"-ro", corev1.ReadOnlyMany)
+	for _, o := range []*corev1.PersistentVolume{own, reader} {
+		if err := cluster.Admin.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cluster.Admin.Delete(context.Background(), o) })
+	}
+	_, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	wantCode(t, "DeleteVolume while another PV names the volume", err, codes.FailedPrecondition, "PersistentVolume "+reader.Name, "delete that PersistentVolume first")
+	if _, ok := agent.Volumes()[id]; !ok {
+		t.Fatal("the backend volume is gone")
+	}
+	if v := record(t, id); !v.DeletionTimestamp.IsZero() {
+		t.Error("the refused delete marked the record deleted")
+	}
+	if err := cluster.Admin.Delete(ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+	// The PV may linger behind its protection finalizer; drop it as the
+	// PV controller does once nothing uses it.
+	eventuallyGone(t, reader)
+	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume once only its own PV names it: %v", err)
+	}
+	if _, ok := agent.Volumes()[id]; ok {
+		t.Error("the backend volume is still there")
+	}
+}
+
+// eventuallyGone removes o's finalizers and waits until o is gone.
+func eventuallyGone(t *testing.T, o client.Object) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := cluster.Admin.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		if err == nil && len(o.GetFinalizers()) > 0 {
+			o.SetFinalizers(nil)
+			_ = cluster.Admin.Update(ctx, o)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still there: %v", o.GetName(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -247,7 +247,10 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	if err != nil {
 		return nil, err
 	}
-	svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Connector: ctrls.Connector,
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.PersistentVolume{}, controller.IndexVolumeHandle, controller.VolumeHandles); err != nil {
+		return nil, err
+	}
+	svc := controller.New(controller.Config{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), PersistentVolumes: mgr.GetClient(), Connector: ctrls.Connector,
 		StoreChanged: ctrls.StoreChanged, Metrics: cm, Recorder: mgr.GetEventRecorder("pillar-controller"), Logger: log})
 	push.svc, push.client, push.recorder = svc, mgr.GetClient(), mgr.GetEventRecorder("pillar-controller")
 	if err := (&controller.VolumeStateReconciler{Service: svc, Recorder: mgr.GetEventRecorder("pillar-controller"),

@@ -11,8 +11,12 @@ import (
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
@@ -96,9 +100,41 @@ func TestCSIEndpoint(t *testing.T) {
 	if _, err := cc.ControllerUnpublishVolume(cctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: "pvc-csi-endpoint", NodeId: node}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cc.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-csi-endpoint"}); err != nil {
+	// A read-only PersistentVolume made by hand for the volume holds the
+	// delete back (the cached, indexed lookup of the real controller).
+	ro := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pvc-csi-endpoint-ro"}, Spec: corev1.PersistentVolumeSpec{
+		Capacity:    corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("64Mi")},
+		AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadOnlyMany},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{
+			Driver: "pillar-csi.io", VolumeHandle: "pvc-csi-endpoint", FSType: "ext4"}},
+		PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+	}}
+	mustCreate(t, ro)
+	eventually(t, quick, func() error {
+		_, err := cc.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-csi-endpoint"})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "pvc-csi-endpoint-ro") {
+			return fmt.Errorf("DeleteVolume while another PV names the volume: %v, want FAILED_PRECONDITION naming it", err)
+		}
+		return nil
+	})
+	if _, ok := fa.Volumes()["pvc-csi-endpoint"]; !ok {
+		t.Fatal("the volume was deleted while another PV named it")
+	}
+	if err := admin.Delete(ctx, ro); err != nil {
 		t.Fatal(err)
 	}
+	// The API server gave it the kubernetes.io/pv-protection finalizer,
+	// which kube-controller-manager (not run here) drops once no pod
+	// uses the PV; until then it still counts.
+	get(t, ro.Name, ro)
+	ro.Finalizers = nil
+	if err := admin.Update(ctx, ro); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, quick, func() error {
+		_, err := cc.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-csi-endpoint"})
+		return err
+	})
 	if len(fa.Volumes()) != 0 || len(fa.Exports()) != 0 {
 		t.Errorf("left on the agent: %v, %v", fa.Volumes(), fa.Exports())
 	}
