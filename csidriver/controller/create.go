@@ -112,6 +112,11 @@ func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest
 // caller: only one create of a name succeeds, as only one compare-and-swap
 // of a resourceVersion does, so it needs no update of its own.
 func (s *Service) record(ctx context.Context, id string, size int64, storeName, protoName string, params map[string]string) (*v1alpha1.PillarVolumeState, error) {
+	// A store being deleted waits for its volumes; it takes no new one.
+	var st v1alpha1.PillarStore
+	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: storeName}, &st); err == nil && !st.DeletionTimestamp.IsZero() {
+		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: PillarStore %q is being deleted: it takes no new volume", id, storeName)
+	}
 	var proto v1alpha1.PillarProtocol
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: protoName}, &proto); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -44,7 +44,10 @@ const (
 // AgentReconciler keeps a PillarAgent's status true to what its agent
 // answers: endpoint, version, instance and boot IDs, and Ready.
 type AgentReconciler struct {
-	Client    client.Client
+	Client client.Client
+	// Reader reads PillarVolumeStates from the API server (the manager's
+	// APIReader), for the deletion of an agent that volumes use.
+	Reader    client.Reader
 	Connector *Connector
 	Recorder  events.EventRecorder
 	Metrics   *Metrics
@@ -113,8 +116,10 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	if !a.DeletionTimestamp.IsZero() {
-		r.Connector.Pool.Forget(a.Name)
-		return ctrl.Result{}, nil
+		return r.deleting(ctx, &a)
+	}
+	if err := ensureInUseFinalizer(ctx, r.Client, &a); err != nil {
+		return result(err)
 	}
 	before := a.Status.DeepCopy()
 	v, info := r.observe(ctx, &a)
@@ -149,6 +154,37 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{RequeueAfter: r.Refresh}, nil
 	}
 	return ctrl.Result{RequeueAfter: r.backoff.next(a.Name)}, nil
+}
+
+// deleting lets an agent go once no volume lives on a store of its node;
+// until then it keeps serving them, and says which volumes it waits for.
+func (r *AgentReconciler) deleting(ctx context.Context, a *v1alpha1.PillarAgent) (ctrl.Result, error) {
+	var stores v1alpha1.PillarStoreList
+	if err := r.Client.List(ctx, &stores, client.MatchingFields{indexAgent: a.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+	var names []string
+	for _, s := range stores.Items {
+		names = append(names, s.Name)
+	}
+	vols, err := volumesOn(ctx, r.Reader, names...)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(vols) == 0 {
+		r.Connector.Pool.Forget(a.Name)
+		return releaseInUse(ctx, r.Client, a)
+	}
+	before := a.Status.DeepCopy()
+	v := waitsFor("agent's stores", vols)
+	transition := setReady(&a.Status.Conditions, v, a.Generation)
+	if err := writeStatus(ctx, r.Client, a, before, &a.Status); err != nil {
+		return result(err)
+	}
+	if transition {
+		announce(r.Recorder, a, v)
+	}
+	return ctrl.Result{RequeueAfter: inUseRecheck}, nil
 }
 
 // observe asks the agent for its info and judges the answer.

@@ -117,7 +117,7 @@ func Setup(mgr manager.Manager, opts Options) (*Controllers, error) {
 	conn := &Connector{Client: mgr.GetClient(), Pool: pool}
 	c := mgr.GetClient()
 
-	ar := &AgentReconciler{Client: c, Connector: conn, Recorder: mgr.GetEventRecorder("pillar-controller"),
+	ar := &AgentReconciler{Client: c, Reader: mgr.GetAPIReader(), Connector: conn, Recorder: mgr.GetEventRecorder("pillar-controller"),
 		Metrics: opts.Metrics, OnRestart: opts.OnAgentRestart, Refresh: opts.AgentRefresh}
 	err := ctrl.NewControllerManagedBy(mgr).
 		Named("pillaragent").
@@ -126,12 +126,15 @@ func Setup(mgr manager.Manager, opts Options) (*Controllers, error) {
 			builder.WithPredicates(nodeAddressChanged())).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(agentsOfSecret(c))).
 		WatchesRawSource(source.Channel(agentEvents, &handler.TypedEnqueueRequestForObject[*v1alpha1.PillarAgent]{})).
+		// A deletion that waits for volumes looks again when one goes.
+		Watches(&v1alpha1.PillarVolumeState{}, handler.EnqueueRequestsFromMapFunc(agentOfVolume(c)),
+			builder.WithPredicates(deleteOnly())).
 		Complete(ar)
 	if err != nil {
 		return nil, err
 	}
 
-	sr := &StoreReconciler{Client: c, Connector: conn, Recorder: mgr.GetEventRecorder("pillar-controller"),
+	sr := &StoreReconciler{Client: c, Reader: mgr.GetAPIReader(), Connector: conn, Recorder: mgr.GetEventRecorder("pillar-controller"),
 		Metrics: opts.Metrics, Refresh: opts.StoreRefresh}
 	err = ctrl.NewControllerManagedBy(mgr).
 		Named("pillarstore").
@@ -139,6 +142,8 @@ func Setup(mgr manager.Manager, opts Options) (*Controllers, error) {
 		Watches(&v1alpha1.PillarAgent{}, handler.EnqueueRequestsFromMapFunc(byIndex(c, &v1alpha1.PillarStoreList{}, indexAgent)),
 			builder.WithPredicates(statusOrSpecChanged())).
 		WatchesRawSource(source.Channel(storeEvents, &handler.TypedEnqueueRequestForObject[*v1alpha1.PillarStore]{})).
+		Watches(&v1alpha1.PillarVolumeState{}, handler.EnqueueRequestsFromMapFunc(deletingStoreOfVolume(c)),
+			builder.WithPredicates(deleteOnly())).
 		Complete(sr)
 	if err != nil {
 		return nil, err
@@ -291,4 +296,42 @@ func statusOrSpecChanged() predicate.Predicate {
 
 func createOrDelete() predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(event.UpdateEvent) bool { return false }}
+}
+
+// deletingStoreOfVolume maps a volume to its store, if the store is being
+// deleted (it waits for its volumes); a live store needs no reconcile.
+func deletingStoreOfVolume(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var s v1alpha1.PillarStore
+		if err := c.Get(ctx, types.NamespacedName{Name: string(o.(*v1alpha1.PillarVolumeState).Spec.StoreName)}, &s); err != nil || s.DeletionTimestamp.IsZero() {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: s.Name}}}
+	}
+}
+
+// agentOfVolume maps a volume to the agent of its store, if the agent is
+// being deleted.
+func agentOfVolume(c client.Client) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []reconcile.Request {
+		var s v1alpha1.PillarStore
+		if err := c.Get(ctx, types.NamespacedName{Name: string(o.(*v1alpha1.PillarVolumeState).Spec.StoreName)}, &s); err != nil {
+			return nil
+		}
+		var a v1alpha1.PillarAgent
+		if err := c.Get(ctx, types.NamespacedName{Name: string(s.Spec.AgentName)}, &a); err != nil || a.DeletionTimestamp.IsZero() {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: a.Name}}}
+	}
+}
+
+// deleteOnly passes delete events only.
+func deleteOnly() predicate.Predicate {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return true },
+	}
 }

@@ -40,7 +40,10 @@ const (
 // to what its agent reports, refreshing every Refresh and whenever its
 // agent changes.
 type StoreReconciler struct {
-	Client    client.Client
+	Client client.Client
+	// Reader reads PillarVolumeStates from the API server (the manager's
+	// APIReader), for the deletion of a store that volumes use.
+	Reader    client.Reader
 	Connector *Connector
 	Recorder  events.EventRecorder
 	Metrics   *Metrics
@@ -58,7 +61,10 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return ctrl.Result{}, err
 	}
 	if !s.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, nil
+		return r.deleting(ctx, &s)
+	}
+	if err := ensureInUseFinalizer(ctx, r.Client, &s); err != nil {
+		return result(err)
 	}
 	before := s.Status.DeepCopy()
 	v := r.observe(ctx, &s)
@@ -71,6 +77,29 @@ func (r *StoreReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		announce(r.Recorder, &s, v)
 	}
 	return ctrl.Result{RequeueAfter: r.Refresh}, nil
+}
+
+// deleting lets a store go once no volume lives on it; until then it
+// says, in its Ready condition and an event, which volumes it waits for.
+func (r *StoreReconciler) deleting(ctx context.Context, s *v1alpha1.PillarStore) (ctrl.Result, error) {
+	vols, err := volumesOn(ctx, r.Reader, s.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(vols) == 0 {
+		r.Metrics.forgetStore(s.Name)
+		return releaseInUse(ctx, r.Client, s)
+	}
+	before := s.Status.DeepCopy()
+	v := waitsFor("store", vols)
+	transition := setReady(&s.Status.Conditions, v, s.Generation)
+	if err := writeStatus(ctx, r.Client, s, before, &s.Status); err != nil {
+		return result(err)
+	}
+	if transition {
+		announce(r.Recorder, s, v)
+	}
+	return ctrl.Result{RequeueAfter: inUseRecheck}, nil
 }
 
 // storeImmutables are the fields the CRD's CEL rules freeze.

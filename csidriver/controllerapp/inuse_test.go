@@ -1,0 +1,100 @@
+package controllerapp_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	storagev1 "k8s.io/api/storage/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
+	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
+)
+
+// TestStoreAndAgentWaitForTheirVolumes: a PillarStore and the PillarAgent
+// of its node, deleted while a volume lives on the store, stay (in-use
+// finalizer), say which volume they wait for, take no new volume and
+// still serve the old one; once it is deleted both go.
+func TestStoreAndAgentWaitForTheirVolumes(t *testing.T) {
+	ctx := context.Background()
+	fa := startAgent(t, fakeagent.Options{NodeName: "storage-inuse", Version: "v1"})
+	if err := fa.EnableVolumes(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fa.CloseVolumes)
+	fa.SetStore("tank", fakeagent.Capacity{Total: 1 << 30, Available: 1 << 30})
+	a := agentObj("agent-inuse", "", "127.0.0.1", fa.Port())
+	s := zfsStore("store-inuse", "agent-inuse", "tank")
+	p := protocolObj("proto-inuse", "192.0.2.30")
+	psc := classObj("class-inuse", "store-inuse", "proto-inuse")
+	mustCreate(t, a, s, p, psc)
+	t.Cleanup(func() { deleteAndWait(t, psc, p) })
+	waitReady(t, psc, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	for _, o := range []client.Object{a, s} {
+		eventually(t, quick, func() error {
+			get(t, o.GetName(), o)
+			if !slices.Contains(o.GetFinalizers(), reconcile.InUseFinalizer) {
+				return fmt.Errorf("%s has finalizers %v, want %s", o.GetName(), o.GetFinalizers(), reconcile.InUseFinalizer)
+			}
+			return nil
+		})
+	}
+	var sc storagev1.StorageClass
+	get(t, "class-inuse", &sc)
+	conn, err := grpc.NewClient("unix://"+csiSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cc := csi.NewControllerClient(conn)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	capv := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
+	create := func(name string) error {
+		_, err := cc.CreateVolume(cctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
+			VolumeCapabilities: []*csi.VolumeCapability{capv}, Parameters: sc.Parameters})
+		return err
+	}
+	if err := create("pvc-inuse-1"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, o := range []client.Object{s, a} {
+		if err := admin.Delete(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := waitReady(t, s, metav1.ConditionFalse, reconcile.ReasonInUse, quick)
+	wantContains(t, "the store's condition", c.Message, "pvc-inuse-1", "1 still do")
+	c = waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonInUse, quick)
+	wantContains(t, "the agent's condition", c.Message, "pvc-inuse-1")
+	waitEvent(t, "store-inuse", reconcile.ReasonInUse, quick)
+	if err := create("pvc-inuse-2"); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a new volume on a store being deleted: %v, want FAILED_PRECONDITION", err)
+	}
+	if _, ok := fa.Volumes()["pvc-inuse-2"]; ok {
+		t.Error("a volume was created on a store being deleted")
+	}
+	time.Sleep(2 * time.Second) // a reconcile or two later, both are still there
+	get(t, s.Name, s)
+	get(t, a.Name, a)
+
+	// The old volume is still served: its deletion goes through the agent.
+	if _, err := cc.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-inuse-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(fa.Volumes()) != 0 {
+		t.Errorf("left on the agent: %v", fa.Volumes())
+	}
+	deleteAndWait(t, s, a)
+}
