@@ -63,6 +63,12 @@ func matrix() []matrixCase {
 				t.Errorf("PodDisruptionBudget selector (-want +got):\n%s", diff)
 			}
 		}},
+		{name: "ValidatingAdmissionPolicy served", rel: release{name: "pillar-csi", namespace: "pillar-csi", apiVersions: []string{vapServed}},
+			check: func(t *testing.T, r *rendered) {
+				n := names("pillar-csi")
+				checkCommon(t, r, n, defaultImages("0.1.0"), "/var/lib/kubelet")
+				checkAdmissionPolicy(t, r, n)
+			}},
 		{name: "cert-manager mTLS", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
 			"tls":          map[string]any{"mode": "certManager", "certManager": map[string]any{"extraIPAddresses": []any{"198.51.100.7"}}},
 			"storageNodes": storageNodes,

@@ -42,6 +42,7 @@ func TestWrongValuesRefused(t *testing.T) {
 		{"secret mode without Secrets", map[string]any{"tls": map[string]any{"mode": "secret"}}, []string{"agentSecretName"}},
 		{"digest that is not sha256", map[string]any{"node": map[string]any{"image": map[string]any{"digest": "v0.1.0"}}}, []string{"digest"}},
 		{"digest with upper-case hex", map[string]any{"agent": map[string]any{"image": map[string]any{"digest": "sha256:" + strings.Repeat("A", 64)}}}, []string{"digest"}},
+		{"misspelled admissionPolicy key", map[string]any{"admissionPolicy": map[string]any{"enable": false}}, []string{"additional properties", "enable"}},
 		{"cert-manager mode without any name", map[string]any{"tls": map[string]any{"mode": "certManager"}}, []string{"storageNodes"}},
 	}
 	for _, c := range cases {

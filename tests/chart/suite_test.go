@@ -33,6 +33,9 @@ var (
 	helm        string
 	kubeVersion string // of the envtest kube-apiserver, passed to helm template
 	k8s         client.Client
+	// restConfig is the cluster administrator's (system:masters) that k8s
+	// uses, for clients of other schemes or that impersonate a user.
+	restConfig *rest.Config
 	// kubeconfig is a cluster administrator's, for helm install.
 	kubeconfig string
 )
@@ -89,6 +92,7 @@ func run(m *testing.M) int {
 	// Warnings (unknown fields, deprecated APIs) fail the apply instead
 	// of being logged.
 	cfg.WarningHandler = rest.NoWarnings{}
+	restConfig = cfg
 	if k8s, err = client.New(cfg, client.Options{}); err != nil {
 		return fail("client: %v", err)
 	}
@@ -171,9 +175,19 @@ func helmStdin(t *testing.T, stdin []byte, args ...string) ([]byte, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	return helmCommand(ctx, stdin, args...)
+}
+
+// helmCommand runs bin/helm under ctx; a test's cleanup calls it with a
+// context of its own, t.Context() being cancelled by then.
+func helmCommand(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, helm, args...)
 	// Keep helm away from the user's repositories, plugins and caches.
-	home := t.TempDir()
+	home, err := os.MkdirTemp("", "pillar-chart-helm")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(home)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -186,16 +200,31 @@ func helmStdin(t *testing.T, stdin []byte, args ...string) ([]byte, error) {
 	return stdout.Bytes(), nil
 }
 
-// release says what to render: release name, namespace and values.
+// release says what to render: release name, namespace and values, and
+// what helm template is to take the cluster for.
 type release struct {
 	name, namespace string
 	values          map[string]any
+	// kubeVersion is --kube-version; empty means the suite's API server's.
+	kubeVersion string
+	// apiVersions are passed as --api-versions: helm template's
+	// Capabilities.APIVersions holds group/version pairs of its own
+	// scheme but no kinds, which helm install reads from the cluster's
+	// discovery ("group/version/Kind").
+	apiVersions []string
 }
 
 // template renders the chart for r with helm template.
 func template(t *testing.T, r release) ([]byte, error) {
 	t.Helper()
-	args := []string{"template", r.name, chartDir, "--namespace", r.namespace, "--kube-version", kubeVersion}
+	kv := kubeVersion
+	if r.kubeVersion != "" {
+		kv = r.kubeVersion
+	}
+	args := []string{"template", r.name, chartDir, "--namespace", r.namespace, "--kube-version", kv}
+	for _, v := range r.apiVersions {
+		args = append(args, "--api-versions", v)
+	}
 	var values []byte
 	if r.values != nil {
 		// On stdin: helm splits a --values path at commas.

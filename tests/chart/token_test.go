@@ -22,7 +22,7 @@ func TestAgentTokenKeptAcrossUpgrades(t *testing.T) {
 		}
 	}
 	helmKube("install", rel, chartDir, "--create-namespace", "--skip-crds")
-	t.Cleanup(func() { _, _ = helmRun(t, "uninstall", rel, "--kubeconfig", kubeconfig, "--namespace", ns) })
+	uninstallOnCleanup(t, rel, ns)
 	key := client.ObjectKey{Namespace: ns, Name: rel + "-pillar-csi-agent-token"}
 	secret := func() *corev1.Secret {
 		t.Helper()

@@ -23,6 +23,11 @@ const (
 	Release   = "pillar-csi"
 	// AgentName is the PillarAgent of the storage node.
 	AgentName = "storage-1"
+	// ControllerUser is pillar-controller's ServiceAccount as the API
+	// server names it (the chart's <fullname>-controller): the only user
+	// the chart's ValidatingAdmissionPolicy lets change a
+	// PillarVolumeState's spec.
+	ControllerUser = "system:serviceaccount:" + Namespace + ":" + Release + "-controller"
 )
 
 // imageRef is the reference make images wrote for one image

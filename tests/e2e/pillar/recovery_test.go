@@ -137,9 +137,13 @@ func forgetExport(t *testing.T, c *cluster.Cluster, volumeID string) {
 	t.Cleanup(func() {
 		c.Kubectl(context.Background(), nil, "apply", "--server-side", "--force-conflicts", "-f", crds)
 	})
-	// The API server takes the new schema a moment after the update.
+	// The API server takes the new schema a moment after the update. The
+	// old release that left the field out was pillar-controller itself:
+	// the chart's admission policy lets only its ServiceAccount change a
+	// record's spec.
 	poll(t, "the record's export spec removed", time.Minute, time.Second, func() (bool, string) {
-		out, err := c.Kubectl(context.Background(), nil, "patch", "pillarvolumestate", volumeID, "--type", "json", "-p", `[{"op": "remove", "path": "/spec/export"}]`)
+		out, err := c.Kubectl(context.Background(), nil, "patch", "pillarvolumestate", volumeID, "--as", deploy.ControllerUser,
+			"--type", "json", "-p", `[{"op": "remove", "path": "/spec/export"}]`)
 		return err == nil, fmt.Sprintf("%s %v", out, err)
 	})
 	// docs/upgrading.md's command puts the rule back. Without
