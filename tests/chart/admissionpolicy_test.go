@@ -404,14 +404,15 @@ func TestAdmissionPolicyEnforced(t *testing.T) {
 	})
 }
 
-// uninstallOnCleanup uninstalls a release when the test ends. Not with
-// helmRun: t.Context() is cancelled before cleanups run.
+// uninstallOnCleanup uninstalls a release when the test ends, unless the
+// test did (--ignore-not-found). Not with helmRun: t.Context() is
+// cancelled before cleanups run.
 func uninstallOnCleanup(t *testing.T, rel, ns string) {
 	t.Helper()
 	t.Cleanup(func() {
 		c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		out, err := helmCommand(c, nil, "uninstall", rel, "--kubeconfig", kubeconfig, "--namespace", ns, "--wait")
+		out, err := helmCommand(c, nil, "uninstall", rel, "--kubeconfig", kubeconfig, "--namespace", ns, "--wait", "--ignore-not-found")
 		if err != nil {
 			t.Errorf("%v\n%s", err, out)
 		}

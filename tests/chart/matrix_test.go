@@ -676,6 +676,10 @@ func checkPillarAgents(t *testing.T, r *rendered, secret, namespace string) {
 		if a.APIVersion != "pillar-csi.io/v1alpha1" || a.Namespace != "" {
 			t.Errorf("PillarAgent %s: apiVersion %q, namespace %q", a.Name, a.APIVersion, a.Namespace)
 		}
+		// helm uninstall and a storageNodes edit leave it to its volumes.
+		if p := a.Annotations["helm.sh/resource-policy"]; p != "keep" {
+			t.Errorf("PillarAgent %s: helm.sh/resource-policy %q, want keep", a.Name, p)
+		}
 		got[a.Name] = a.Spec
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

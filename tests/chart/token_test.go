@@ -2,12 +2,17 @@ package chart
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/pillar-csi/pillar-csi/api/agentauth"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
 // TestAgentTokenKeptAcrossUpgrades installs the chart into the suite's
@@ -62,4 +67,58 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestPillarAgentsSurviveUninstall: helm uninstall, and an entry removed
+// from storageNodes by an upgrade, leave the PillarAgents the chart made
+// (helm.sh/resource-policy: keep): volumes on their nodes' stores are
+// reached through them.
+func TestPillarAgentsSurviveUninstall(t *testing.T) {
+	const rel, ns = "keep", "chart-keep-test"
+	helmKube := func(args ...string) {
+		t.Helper()
+		if _, err := helmRun(t, append(args, "--kubeconfig", kubeconfig, "--namespace", ns)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node := func(i int, name string) []string {
+		return []string{"--set", fmt.Sprintf("storageNodes[%d].name=%s", i, name), "--set", fmt.Sprintf("storageNodes[%d].nodeName=%s", i, name)}
+	}
+	agents := []string{"keep-storage-a", "keep-storage-b"}
+	agent := func(name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("PillarAgent"))
+		u.SetName(name)
+		return u
+	}
+	t.Cleanup(func() {
+		for _, a := range agents {
+			k8s.Delete(context.Background(), agent(a))
+		}
+	})
+	helmKube(append(append([]string{"install", rel, chartDir, "--create-namespace", "--skip-crds"}, node(0, agents[0])...), node(1, agents[1])...)...)
+	uninstallOnCleanup(t, rel, ns)
+	exists := func(name string) bool {
+		t.Helper()
+		err := k8s.Get(ctx(t), client.ObjectKey{Name: name}, agent(name))
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	for _, a := range agents {
+		if !exists(a) {
+			t.Fatalf("PillarAgent %s was not installed", a)
+		}
+	}
+	helmKube(append([]string{"upgrade", rel, chartDir, "--skip-crds"}, node(0, agents[0])...)...)
+	if !exists(agents[1]) {
+		t.Errorf("PillarAgent %s went with its storageNodes entry", agents[1])
+	}
+	helmKube("uninstall", rel, "--wait")
+	for _, a := range agents {
+		if !exists(a) {
+			t.Errorf("PillarAgent %s went with helm uninstall", a)
+		}
+	}
 }
