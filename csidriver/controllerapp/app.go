@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -85,8 +86,9 @@ type Options struct {
 	RenewDeadline    time.Duration
 	RetryPeriod      time.Duration
 	// TLSSecretNamespaces are the namespaces whose Secrets the controller
-	// reads for agent TLS (and watches for rotation). Empty means every
-	// namespace.
+	// reads for agent TLS (and watches for rotation). Empty: none, so no
+	// Secret is read or watched and no agent can use TLS; "*": every
+	// namespace (which needs a ClusterRole to read Secrets).
 	TLSSecretNamespaces []string
 	// MetricsAddress and HealthAddress are listen addresses; "0" turns
 	// the endpoint off.
@@ -179,7 +181,7 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		return nil, err
 	}
 	cacheOpts := cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
-	if len(opts.TLSSecretNamespaces) > 0 {
+	if len(opts.TLSSecretNamespaces) > 0 && !slices.Contains(opts.TLSSecretNamespaces, "*") {
 		ns := map[string]cache.Config{}
 		for _, n := range opts.TLSSecretNamespaces {
 			ns[n] = cache.Config{}
@@ -215,8 +217,9 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 	}
 	push := newPusher(log)
 	ctrls, err := reconcile.Setup(mgr, reconcile.Options{
-		AgentRefresh: opts.AgentRefresh,
-		StoreRefresh: opts.StoreRefresh,
+		AgentRefresh:     opts.AgentRefresh,
+		StoreRefresh:     opts.StoreRefresh,
+		SecretNamespaces: opts.TLSSecretNamespaces,
 		OnAgentRestart: func(agent string) {
 			push.notify(agent)
 			if opts.OnAgentRestart != nil {

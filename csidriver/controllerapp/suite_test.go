@@ -81,6 +81,9 @@ func run(m *testing.M) int {
 func testOptions(metricsAddr string) controllerapp.Options {
 	o := controllerapp.DefaultOptions()
 	o.Namespace = namespace
+	// Secrets are read in the controller's namespace only, where the
+	// generated Role grants them.
+	o.TLSSecretNamespaces = []string{namespace}
 	o.LeaderElectionID = leaseID
 	o.LeaseDuration, o.RenewDeadline, o.RetryPeriod = 4*time.Second, 3*time.Second, 500*time.Millisecond
 	o.MetricsAddress, o.HealthAddress = metricsAddr, "0"

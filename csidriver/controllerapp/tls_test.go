@@ -39,9 +39,19 @@ func TestAgentTLS(t *testing.T) {
 	a := agentObj("agent-tls", "", "127.0.0.1", fa.Port())
 	a.Spec.TLS = &v1alpha1.AgentTLS{SecretRef: v1alpha1.SecretReference{Name: "agent-tls", Namespace: namespace}, ServerName: "agent.storage.test"}
 
-	// No Secret yet.
+	// A Secret in a namespace the controller may not read.
+	a.Spec.TLS.SecretRef.Namespace = "kube-system"
 	mustCreate(t, a)
-	c := waitReady(t, a, metav1.ConditionFalse, "TLSSecretMissing", quick)
+	c := waitReady(t, a, metav1.ConditionFalse, "TLSSecretNotAllowed", quick)
+	wantContains(t, "message", c.Message, "kube-system/agent-tls", "only in "+namespace, "-tls-secret-namespaces")
+	get(t, a.Name, a)
+	a.Spec.TLS.SecretRef.Namespace = namespace
+	if err := admin.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+
+	// No Secret yet.
+	c = waitReady(t, a, metav1.ConditionFalse, "TLSSecretMissing", quick)
 	wantContains(t, "message", c.Message, "pillar-csi/agent-tls", "ca.crt, tls.crt and tls.key")
 
 	// A Secret without the key.

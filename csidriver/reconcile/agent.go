@@ -38,7 +38,7 @@ const (
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",namespace=pillar-csi,resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // AgentReconciler keeps a PillarAgent's status true to what its agent

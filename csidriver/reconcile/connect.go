@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,6 +28,11 @@ import (
 type Connector struct {
 	// Client reads Nodes and Secrets (the manager's cached client).
 	Client client.Reader
+	// SecretNamespaces are the namespaces whose Secrets an agent's
+	// spec.tls may name: the controller is granted and caches Secrets only
+	// there. Empty allows none (no agent can use TLS); "*" allows every
+	// namespace.
+	SecretNamespaces []string
 	// Pool holds the connections.
 	Pool *agentclient.Pool
 	// Now is the clock certificate expiry is checked against; time.Now if
@@ -73,6 +79,12 @@ func (c *Connector) Target(ctx context.Context, a *v1alpha1.PillarAgent) (agentc
 		return t, nil
 	}
 	ref := a.Spec.TLS.SecretRef
+	if !slices.Contains(c.SecretNamespaces, string(ref.Namespace)) && !slices.Contains(c.SecretNamespaces, "*") {
+		return agentclient.Target{}, &ConnectError{Reason: "TLSSecretNotAllowed",
+			Message: fmt.Sprintf("TLS Secret %s/%s is in a namespace pillar-controller may not read: it reads Secrets only in %s (its -tls-secret-namespaces; "+
+				"with the chart, tls.mode other than none, and controller.tlsSecretNamespaces for other namespaces, which also grants the Role there)",
+				ref.Namespace, ref.Name, namespaceList(c.SecretNamespaces))}
+	}
 	var s corev1.Secret
 	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: string(ref.Namespace), Name: string(ref.Name)}, &s); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -133,4 +145,12 @@ func hostOf(endpoint string) string {
 		return h
 	}
 	return endpoint
+}
+
+// namespaceList names the namespaces for a message.
+func namespaceList(ns []string) string {
+	if len(ns) == 0 {
+		return "no namespace"
+	}
+	return strings.Join(ns, ", ")
 }

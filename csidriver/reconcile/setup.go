@@ -45,6 +45,10 @@ type Options struct {
 	Pool agentclient.Options
 	// Metrics may be nil.
 	Metrics *Metrics
+	// SecretNamespaces are where agents' TLS Secrets may be (see
+	// Connector.SecretNamespaces); empty: Secrets are neither read nor
+	// watched.
+	SecretNamespaces []string
 }
 
 // Controllers are the configuration reconcilers, set up on a manager.
@@ -114,17 +118,22 @@ func Setup(mgr manager.Manager, opts Options) (*Controllers, error) {
 	})); err != nil {
 		return nil, err
 	}
-	conn := &Connector{Client: mgr.GetClient(), Pool: pool}
+	conn := &Connector{Client: mgr.GetClient(), Pool: pool, SecretNamespaces: opts.SecretNamespaces}
 	c := mgr.GetClient()
 
 	ar := &AgentReconciler{Client: c, Reader: mgr.GetAPIReader(), Connector: conn, Recorder: mgr.GetEventRecorder("pillar-controller"),
 		Metrics: opts.Metrics, OnRestart: opts.OnAgentRestart, Refresh: opts.AgentRefresh}
-	err := ctrl.NewControllerManagedBy(mgr).
+	agents := ctrl.NewControllerManagedBy(mgr).
 		Named("pillaragent").
 		For(&v1alpha1.PillarAgent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(agentsOfNode(c)),
-			builder.WithPredicates(nodeAddressChanged())).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(agentsOfSecret(c))).
+			builder.WithPredicates(nodeAddressChanged()))
+	if len(opts.SecretNamespaces) > 0 {
+		// Without a namespace the controller may read no Secret, and a
+		// watch would only fail.
+		agents = agents.Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(agentsOfSecret(c)))
+	}
+	err := agents.
 		WatchesRawSource(source.Channel(agentEvents, &handler.TypedEnqueueRequestForObject[*v1alpha1.PillarAgent]{})).
 		// A deletion that waits for volumes looks again when one goes.
 		Watches(&v1alpha1.PillarVolumeState{}, handler.EnqueueRequestsFromMapFunc(agentOfVolume(c)),

@@ -16,6 +16,13 @@ func TestDryRunApply(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r := render(t, c.rel)
 			ensureNamespace(t, c.rel.namespace)
+			for _, o := range r.objects {
+				// The other namespaces it renders into (the TLS Secrets'
+				// Roles) exist before an install, as the release's does.
+				if ns := o.GetNamespace(); ns != "" {
+					ensureNamespace(t, ns)
+				}
+			}
 			if len(r.objects) == 0 {
 				t.Fatal("nothing rendered")
 			}

@@ -123,7 +123,9 @@ func matrix() []matrixCase {
 				t.Errorf("agent nodeSelector (-want +got):\n%s", diff)
 			}
 			for _, o := range r.objects {
-				if o.GetNamespace() != "" && o.GetNamespace() != "storage-system" {
+				// The one exception: the right to read the agents' TLS
+				// Secrets in the other namespace of tlsSecretNamespaces.
+				if o.GetNamespace() != "" && o.GetNamespace() != "storage-system" && o.GetName() != n.controller+"-tls-secrets" {
 					t.Errorf("%s %s in namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
 				}
 			}
@@ -353,12 +355,50 @@ func checkControllerRBAC(t *testing.T, r *rendered, n objectNames) {
 	if diff := cmp.Diff(wantCluster, cr.Rules); diff != "" {
 		t.Errorf("controller ClusterRole rules differ from csidriver/config/rbac/role.yaml (-want +got):\n%s", diff)
 	}
+	// Secrets only in the namespaces the controller reads them in (its
+	// -tls-secret-namespaces, none without TLS), and nowhere cluster-wide.
+	if grants(cr.Rules, "", "secrets", "get") {
+		t.Error("the controller's ClusterRole lets it read every Secret")
+	}
+	var secretNS []string
+	for _, a := range container(t, get[appsv1.Deployment](t, r, "Deployment", n.controller).Spec.Template.Spec.Containers, "pillar-controller").Args {
+		if v, ok := strings.CutPrefix(a, "-tls-secret-namespaces="); ok && v != "" {
+			secretNS = strings.Split(v, ",")
+		}
+	}
+	isSecrets := func(rule rbacv1.PolicyRule) bool { return slices.Contains(rule.Resources, "secrets") }
+	wantRelease := wantNS
+	if !slices.Contains(secretNS, r.namespace) {
+		wantRelease = slices.DeleteFunc(slices.Clone(wantNS), isSecrets)
+	}
 	role := get[rbacv1.Role](t, r, "Role", n.controller)
-	if diff := cmp.Diff(wantNS, role.Rules); diff != "" {
-		t.Errorf("controller Role rules differ from csidriver/config/rbac/role.yaml (-want +got):\n%s", diff)
+	if diff := cmp.Diff(wantRelease, role.Rules); diff != "" {
+		t.Errorf("controller Role rules differ from csidriver/config/rbac/role.yaml, less Secrets where it reads none (-want +got):\n%s", diff)
 	}
 	if role.Namespace != r.namespace {
 		t.Errorf("controller Role in namespace %q, want %q", role.Namespace, r.namespace)
+	}
+	wantSecrets := slices.DeleteFunc(slices.Clone(wantNS), func(rule rbacv1.PolicyRule) bool { return !isSecrets(rule) })
+	secretRoles := map[string]bool{}
+	for _, o := range r.find("Role") {
+		if o.GetName() == n.controller+"-tls-secrets" {
+			secretRoles[o.GetNamespace()] = true
+			var got rbacv1.Role
+			if err := strictConvert(o, &got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(wantSecrets, got.Rules); diff != "" {
+				t.Errorf("Role %s/%s rules (-want +got):\n%s", o.GetNamespace(), o.GetName(), diff)
+			}
+		}
+	}
+	for _, ns := range secretNS {
+		if ns != r.namespace && !secretRoles[ns] {
+			t.Errorf("no Role lets the controller read the TLS Secrets of namespace %s", ns)
+		}
+	}
+	if want := len(slices.DeleteFunc(slices.Clone(secretNS), func(ns string) bool { return ns == r.namespace })); len(secretRoles) != want {
+		t.Errorf("Secret Roles in %v, want one in each of %v but %s", secretRoles, secretNS, r.namespace)
 	}
 	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: n.controller, Namespace: r.namespace}}
 	for _, role := range []string{n.controller, n.fullname + "-provisioner", n.fullname + "-attacher", n.fullname + "-resizer"} {
@@ -390,7 +430,7 @@ func checkControllerRBAC(t *testing.T, r *rendered, n objectNames) {
 				if slices.Contains(rule.Verbs, "*") || slices.Contains(rule.Resources, "*") || slices.Contains(rule.APIGroups, "*") {
 					t.Errorf("%s %s grants a wildcard: %+v", kind, o.GetName(), rule)
 				}
-				if o.GetName() != n.controller && slices.Contains(rule.Resources, "secrets") {
+				if o.GetName() != n.controller && o.GetName() != n.controller+"-tls-secrets" && slices.Contains(rule.Resources, "secrets") {
 					t.Errorf("%s %s lets a sidecar read Secrets: %+v", kind, o.GetName(), rule)
 				}
 			}

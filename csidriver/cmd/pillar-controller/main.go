@@ -45,7 +45,7 @@ func registerFlags(fs *flag.FlagSet) *flags {
 	fs.DurationVar(&o.LeaseDuration, "lease-duration", o.LeaseDuration, "how long a follower waits before it takes over a Lease that is not renewed")
 	fs.DurationVar(&o.RenewDeadline, "renew-deadline", o.RenewDeadline, "how long the leader tries to renew before it gives up and exits")
 	fs.DurationVar(&o.RetryPeriod, "retry-period", o.RetryPeriod, "interval between leader-election attempts")
-	fs.StringVar(&f.secretNS, "tls-secret-namespaces", os.Getenv("POD_NAMESPACE"), "comma-separated namespaces of the agents' TLS Secrets (default $POD_NAMESPACE; empty: every namespace)")
+	fs.StringVar(&f.secretNS, "tls-secret-namespaces", os.Getenv("POD_NAMESPACE"), `comma-separated namespaces of the agents' TLS Secrets, the only ones whose Secrets are read (default $POD_NAMESPACE; empty: none, no agent can use TLS; "*": every namespace, which needs a ClusterRole to read Secrets)`)
 	fs.StringVar(&o.CSIEndpoint, "csi-endpoint", "unix:///csi/csi.sock", `CSI endpoint of the Identity and Controller services (unix:///path or tcp://host:port; "" serves none)`)
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, `listen address of /metrics ("0" disables)`)
 	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, `listen address of /healthz and /readyz ("0" disables)`)

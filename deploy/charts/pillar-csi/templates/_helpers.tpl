@@ -88,3 +88,17 @@ image is pulled by it: what was pushed, whatever the tag says now. */}}
 {{- define "pillar-csi.isIP" -}}
 {{- if or (regexMatch "^[0-9.]+$" .) (contains ":" .) }}true{{ end -}}
 {{- end -}}
+
+{{/*
+The namespaces whose Secrets pillar-controller reads, for the agents' TLS
+(comma-separated): controller.tlsSecretNamespaces, else the release
+namespace when tls.mode is not none, else none. The controller's flag and
+the Roles that let it read Secrets there both come from this.
+*/}}
+{{- define "pillar-csi.secretNamespaces" -}}
+{{- if .Values.controller.tlsSecretNamespaces -}}
+{{- join "," .Values.controller.tlsSecretNamespaces -}}
+{{- else if ne .Values.tls.mode "none" -}}
+{{- .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
