@@ -144,8 +144,12 @@ func Available(physical, promised int64, ratio float64) int64 {
 		ratio = 1
 	}
 	var budget int64
-	// float64(math.MaxInt64) is 2^63, which int64() cannot hold.
-	if f := float64(physical) * ratio; f >= math.MaxInt64 {
+	// float64(math.MaxInt64) is 2^63, which int64() cannot hold. Without
+	// overcommit the budget is exact: above 2^53 float64(physical) can
+	// round up, past the pool.
+	if ratio == 1 {
+		budget = physical
+	} else if f := float64(physical) * ratio; f >= math.MaxInt64 {
 		budget = math.MaxInt64
 	} else {
 		budget = int64(f)

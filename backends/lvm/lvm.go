@@ -376,11 +376,13 @@ const zeroChunk = 1 << 30
 func zeroTag(from int64) string { return zeroTagPrefix + strconv.FormatInt(from, 10) }
 
 // zeroFrom returns the offset of the LV's zero tag; ok is false without
-// one.
+// one. Only a tag spelled as zeroTag spells it counts: zeroLV removes
+// zeroTag(from), so from another spelling ("0512") the tag would stay and
+// the volume be zeroed again on every later Create retry and Expand.
 func (l *lv) zeroFrom() (from int64, ok bool) {
 	for _, t := range l.tags {
 		if v, found := strings.CutPrefix(t, zeroTagPrefix); found {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 && t == zeroTag(n) {
 				return n, true
 			}
 		}

@@ -98,6 +98,12 @@ func parseLVs(out []byte) ([]lv, error) {
 			if err != nil {
 				return nil, fmt.Errorf("lvs %s: %w", row.Name, err)
 			}
+			// Byte counts are never negative, nor the device numbers below
+			// -1 (inactive): a negative size would make room in the thin
+			// pool's overcommit rule.
+			if n[0] < 0 || n[1] < -1 || n[2] < -1 || n[3] <= 0 {
+				return nil, fmt.Errorf("lvs %s: size %d, device %d:%d or extent size %d out of range", row.Name, n[0], n[1], n[2], n[3])
+			}
 			l := lv{name: row.Name, size: n[0], attr: row.Attr, poolLV: row.PoolLV, dmPath: row.DMPath,
 				major: n[1], minor: n[2], extentSize: n[3]}
 			if row.Tags != "" {
@@ -130,6 +136,9 @@ func parseVG(out []byte) (*vg, error) {
 	n, err := ints(rows[0].Size, rows[0].Free, rows[0].ExtentSize)
 	if err != nil {
 		return nil, fmt.Errorf("vgs %s: %w", rows[0].Name, err)
+	}
+	if n[0] < 0 || n[1] < 0 || n[2] <= 0 {
+		return nil, fmt.Errorf("vgs %s: size %d, free %d or extent size %d out of range", rows[0].Name, n[0], n[1], n[2])
 	}
 	return &vg{name: rows[0].Name, size: n[0], free: n[1], extentSize: n[2]}, nil
 }

@@ -128,7 +128,9 @@ func parseBlockSize(s string) (int64, error) {
 		return 0, bad
 	}
 	n, err := strconv.ParseInt(m[1], 10, 64)
-	if err != nil {
+	// Above 16M before the suffix is above it after, and the shift below
+	// could wrap a huge number to a valid size ("17592186044417M" to 1M).
+	if err != nil || n > 16<<20 {
 		return 0, bad
 	}
 	switch m[2] {

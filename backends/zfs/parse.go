@@ -24,13 +24,16 @@ func parseRows(out []byte, n int) ([][]string, error) {
 	return rows, nil
 }
 
-// ints parses exact byte counts (zfs -p).
+// ints parses exact byte counts (zfs -p), which are never negative.
 func ints(fields []string) ([]int64, error) {
 	n := make([]int64, len(fields))
 	for i, f := range fields {
 		v, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("zfs list: number %q: %w", f, err)
+		}
+		if v < 0 {
+			return nil, fmt.Errorf("zfs list: byte count %q is negative", f)
 		}
 		n[i] = v
 	}

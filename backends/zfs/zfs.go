@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -429,7 +430,8 @@ func (b *Backend) capacity(ctx context.Context) (*backends.Capacity, error) {
 		// What a zvol may still take beyond what it uses or has reserved.
 		volSize, refres, referenced := n[0], n[1], n[2]
 		if more := volSize - max(refres, referenced); more > 0 {
-			outstanding += more
+			// Saturating: a sum that wrapped would promise nothing.
+			outstanding += min(more, math.MaxInt64-outstanding)
 		}
 	}
 	if base == nil {
@@ -440,9 +442,12 @@ func (b *Backend) capacity(ctx context.Context) (*backends.Capacity, error) {
 		return nil, err
 	}
 	used, avail := n[0], n[1]
+	if used > math.MaxInt64-avail {
+		return nil, fmt.Errorf("zfs list %s: used %d and available %d bytes overflow 64 bits", b.pool, used, avail)
+	}
 	c := &backends.Capacity{TotalBytes: used + avail, AvailableBytes: avail}
 	if b.sparse {
-		c.AvailableBytes = backends.Available(used+avail, used+outstanding, b.ratio)
+		c.AvailableBytes = backends.Available(used+avail, used+min(outstanding, math.MaxInt64-used), b.ratio)
 	}
 	return c, nil
 }

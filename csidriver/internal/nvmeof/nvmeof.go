@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -157,6 +158,9 @@ func (in *Initiator) Connect(ctx context.Context, t Target, h Host, o export.Con
 	var inst, cntlid int
 	if _, err := fmt.Sscanf(strings.TrimSpace(answer), "instance=%d,cntlid=%d", &inst, &cntlid); err != nil {
 		return "", false, &Error{Op: "connect", Path: in.paths.Fabrics, Err: fmt.Errorf("unexpected answer %q: %w", answer, err)}
+	}
+	if inst < 0 {
+		return "", false, &Error{Op: "connect", Path: in.paths.Fabrics, Err: fmt.Errorf("unexpected answer %q: negative instance", answer)}
 	}
 	return "nvme" + strconv.Itoa(inst), false, nil
 }
@@ -345,6 +349,11 @@ func (in *Initiator) DeviceSize(name string) (int64, error) {
 	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
 		return 0, &Error{Op: "device size", Path: p, Err: err}
+	}
+	// The kernel prints an unsigned sector count; in bytes it must fit an
+	// int64, or the size would wrap negative.
+	if n < 0 || n > math.MaxInt64/512 {
+		return 0, &Error{Op: "device size", Path: p, Err: fmt.Errorf("%d sectors out of range", n)}
 	}
 	return n * 512, nil
 }
