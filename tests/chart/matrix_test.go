@@ -520,7 +520,9 @@ func checkNode(t *testing.T, r *rendered, n objectNames, img images, kubeletDir 
 	if m := mountAt(t, mp, "lib-modules", "/lib/modules"); m != nil && !m.ReadOnly {
 		t.Error("node modprobe mounts /lib/modules read-write")
 	}
+	wantOnlyCaps(t, mp, "SYS_MODULE")
 	nqn := container(t, pod.InitContainers, "host-nqn")
+	wantOnlyCaps(t, nqn)
 	wantImage(t, nqn, img.node)
 	mountAt(t, nqn, "etc-nvme", "/etc/nvme")
 	if len(nqn.Command) != 3 || nqn.Command[0] != "/bin/sh" || !strings.Contains(nqn.Command[2], "nvme gen-hostnqn") ||
@@ -582,6 +584,7 @@ func checkAgent(t *testing.T, r *rendered, n objectNames, tlsSecret string, lvmR
 	if m := mountAt(t, mp, "lib-modules", "/lib/modules"); m != nil && !m.ReadOnly {
 		t.Error("agent modprobe mounts /lib/modules read-write")
 	}
+	wantOnlyCaps(t, mp, "SYS_MODULE")
 
 	c := container(t, pod.Containers, "pillar-agent")
 	wantImage(t, mp, c.Image)
@@ -869,6 +872,21 @@ func wantPrivileged(t *testing.T, c corev1.Container) {
 	t.Helper()
 	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
 		t.Errorf("%s is not privileged", c.Name)
+	}
+}
+
+// wantOnlyCaps asserts that c is not privileged, cannot gain privileges,
+// has a read-only root filesystem and exactly the capabilities caps.
+func wantOnlyCaps(t *testing.T, c corev1.Container, caps ...corev1.Capability) {
+	t.Helper()
+	sc := c.SecurityContext
+	if sc == nil || sc.Privileged == nil || *sc.Privileged || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.Capabilities == nil {
+		t.Errorf("%s: securityContext %+v, want not privileged, no privilege escalation, a read-only root", c.Name, sc)
+		return
+	}
+	if !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(sc.Capabilities.Add, caps) {
+		t.Errorf("%s: capabilities %+v, want ALL dropped and %v added", c.Name, sc.Capabilities, caps)
 	}
 }
 

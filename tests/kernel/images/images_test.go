@@ -125,6 +125,45 @@ func TestInitContainersLoadModules(t *testing.T) {
 	}
 }
 
+// TestModprobeNeedsOnlySysModule: the init containers run without
+// privileged, with CAP_SYS_MODULE alone. The image's modprobe, as a user
+// that has that one capability (and is not even root), loads nvme_tcp into
+// the kernel; without it the kernel refuses. The module must not be in use:
+// this test runs before the others of the package connect anything.
+func TestModprobeNeedsOnlySysModule(t *testing.T) {
+	guest.RequireGuest(t)
+	root := rootfs(t, "pillar-node")
+	mountIn(t, root, "/lib/modules", "--rbind", "-o", "ro", "/lib/modules")
+	mountIn(t, root, "/proc", "-t", "proc", "proc")
+	mountIn(t, root, "/sys", "--rbind", "/sys")
+	loaded := func() bool {
+		_, err := os.Stat("/sys/module/nvme_tcp")
+		return err == nil
+	}
+	unload := func() {
+		t.Helper()
+		if out, err := exec.Command("modprobe", "-r", "nvme_tcp").CombinedOutput(); err != nil || loaded() {
+			t.Fatalf("modprobe -r nvme_tcp (is a controller still connected?): %v: %s", err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("modprobe", "nvme_tcp").Run() })
+	modprobe := func(caps ...uintptr) ([]byte, error) {
+		cmd := chrooted(root, "/sbin/modprobe", "-a", "nvme_tcp", "nvme_fabrics")
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: 65534, Gid: 65534}
+		cmd.SysProcAttr.AmbientCaps = caps
+		return cmd.CombinedOutput()
+	}
+
+	unload()
+	if out, err := modprobe(); err == nil || loaded() {
+		t.Fatalf("modprobe without CAP_SYS_MODULE loaded nvme_tcp (%v: %s): the control proves nothing", err, out)
+	}
+	const capSysModule = 16 // include/uapi/linux/capability.h
+	if out, err := modprobe(capSysModule); err != nil || !loaded() {
+		t.Fatalf("modprobe with CAP_SYS_MODULE alone: %v: %s (loaded: %v)", err, out, loaded())
+	}
+}
+
 // proc is a process the test started and stops at its end.
 type proc struct {
 	cmd *exec.Cmd
