@@ -122,7 +122,10 @@
 // never treats a damaged mark as "no mark". FileName maps any volume ID
 // (1..128 arbitrary bytes) to a safe, injective and reversible file name of
 // lower-case letters, digits and "-_.", so no two marks collide even on a
-// case-insensitive filesystem.
+// case-insensitive filesystem. The directory also holds the store's
+// identity (IdentityFileName, Store.ID), drawn when the store is first
+// opened, so that a lost directory replaced by an empty one can be told
+// from the store it replaced.
 //
 // # Operator recovery
 //

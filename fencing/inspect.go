@@ -47,6 +47,9 @@ type Inventory struct {
 	LedgerErr error
 	// Damaged lists the files kept in DamagedDir, by name.
 	Damaged []string
+	// ID is the store's identity (IdentityFileName) as the file says it;
+	// empty when the store has none yet.
+	ID string
 }
 
 // Inspect reads every mark file and the ledger of the store in dir. It
@@ -91,6 +94,10 @@ func Inspect(dir string) (*Inventory, error) {
 		} else {
 			inv.Retired = len(l.fps)
 		}
+	}
+
+	if data, err := os.ReadFile(filepath.Join(dir, IdentityFileName)); err == nil {
+		inv.ID = strings.TrimSpace(string(data))
 	}
 
 	damaged, err := os.ReadDir(filepath.Join(dir, DamagedDir))

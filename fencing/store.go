@@ -53,6 +53,7 @@ type Options struct {
 // A Store is safe for concurrent use.
 type Store struct {
 	dir          string
+	id           string   // see IdentityFileName
 	d            *os.File // the directory, open for the flock and for fsync
 	now          func() time.Time
 	historyLimit int
@@ -124,6 +125,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Store, error) {
 		}
 	}
 	s.ledger.Store(l)
+	if s.id, err = loadIdentity(s.d, dir); err != nil {
+		return fail(filepath.Join(dir, IdentityFileName), err)
+	}
 	return s, nil
 }
 
@@ -168,7 +172,7 @@ func (s *Store) removeTemporaries() error {
 		if !strings.HasPrefix(n, ".") || !e.Type().IsRegular() {
 			continue
 		}
-		if t := n[1:]; strings.HasPrefix(t, readablePrefix) || strings.HasPrefix(t, base32Prefix) || strings.HasPrefix(t, ledgerFileName) {
+		if t := n[1:]; strings.HasPrefix(t, readablePrefix) || strings.HasPrefix(t, base32Prefix) || strings.HasPrefix(t, ledgerFileName) || strings.HasPrefix(t, IdentityFileName) {
 			if err := os.Remove(filepath.Join(s.dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return err
 			}

@@ -334,6 +334,12 @@
 // the cluster's: leave it refused, and destroy it by hand once you know
 // whose it was.
 //
+// The lost directory's identity went with it: the new store draws another
+// (store.id), and pillar-controller, which pinned the old one, sends
+// nothing to this agent until the PillarAgent is annotated
+// pillar-csi.io/accept-marks-store=<new identity> ("pillar-agent marks
+// list" prints it); accept it last, after the adoptions.
+//
 // What the lost directory knew and the cluster does not is gone with it:
 // the lifecycles of deleted volumes (their tombstones and the ledger). A
 // controller that still held a token of such a lifecycle could have its

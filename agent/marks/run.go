@@ -1,6 +1,7 @@
 package marks
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -285,7 +286,7 @@ func printList(out io.Writer, inv *fencing.Inventory) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "%d marks in %s\n", len(inv.Marks), inv.Dir)
+	fmt.Fprintf(out, "%d marks in %s, store identity %s\n", len(inv.Marks), inv.Dir, cmp.Or(inv.ID, "(none yet)"))
 	for _, mf := range unreadable {
 		fmt.Fprintf(out, "unreadable: %s: %v\n", showID(mf.VolumeID), mf.Err)
 	}
@@ -332,6 +333,7 @@ func printHistory(out io.Writer, h []fencing.EndedLifecycle) {
 type (
 	listOutput struct {
 		Dir               string      `json:"dir"`
+		StoreID           string      `json:"storeID,omitempty"`
 		Marks             []markEntry `json:"marks"`
 		RetiredLifecycles int         `json:"retiredLifecycles"`
 		LedgerError       string      `json:"ledgerError,omitempty"`
@@ -389,7 +391,7 @@ func historyOf(h []fencing.EndedLifecycle) []historyEntry {
 }
 
 func listJSON(inv *fencing.Inventory) listOutput {
-	l := listOutput{Dir: inv.Dir, Marks: []markEntry{}, RetiredLifecycles: inv.Retired, DamagedFiles: inv.Damaged}
+	l := listOutput{Dir: inv.Dir, StoreID: inv.ID, Marks: []markEntry{}, RetiredLifecycles: inv.Retired, DamagedFiles: inv.Damaged}
 	for _, mf := range inv.Marks {
 		l.Marks = append(l.Marks, entryOf(mf))
 	}

@@ -19,7 +19,7 @@ import (
 // module, NVMe-oF/TCP needs nvmet_tcp and the nvmet configfs tree.
 func (s *Server) GetAgentInfo(ctx context.Context, _ *agentv1.GetAgentInfoRequest) (*agentv1.GetAgentInfoResponse, error) {
 	resp := &agentv1.GetAgentInfoResponse{AgentVersion: s.cfg.Version, NodeName: s.cfg.NodeName,
-		InstanceId: s.instanceID, BootId: readBootID(s.cfg.ProcRoot), ExportsRestored: s.ExportsRestored()}
+		InstanceId: s.instanceID, BootId: readBootID(s.cfg.ProcRoot), ExportsRestored: s.ExportsRestored(), MarksStoreId: s.marks.ID()}
 	module := func(name string) bool {
 		_, err := os.Stat(filepath.Join(s.cfg.SysfsRoot, "module", name))
 		return err == nil

@@ -75,6 +75,12 @@ type SecretReference struct {
 	Namespace ObjectName `json:"namespace"`
 }
 
+// AnnotationAcceptMarksStore, set on a PillarAgent to the identity its
+// agent now reports, accepts a new fencing marks store in place of the one
+// the controller pinned (status.marksStoreID), once an operator has
+// recovered what the lost store held (docs/troubleshooting.md).
+const AnnotationAcceptMarksStore = "pillar-csi.io/accept-marks-store"
+
 // PillarAgentStatus is what the controller last observed of the agent.
 type PillarAgentStatus struct {
 	// ObservedGeneration is the metadata.generation this status describes.
@@ -99,6 +105,16 @@ type PillarAgentStatus struct {
 	// reported it; it changes when the node reboots.
 	// +optional
 	BootID string `json:"bootID,omitempty"`
+
+	// MarksStoreID is the identity of the agent's fencing marks store that
+	// the controller pinned when it first saw it. An agent that reports
+	// another identity has lost its marks (a wiped or replaced directory):
+	// the agent is not Ready (MarksStoreChanged) and no call goes to it
+	// until an operator accepts the new store with the annotation
+	// pillar-csi.io/accept-marks-store set to its identity.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	MarksStoreID string `json:"marksStoreID,omitempty"`
 
 	// LastRestartTime is when the controller last noticed a new agent
 	// instance.

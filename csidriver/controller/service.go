@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -115,6 +116,9 @@ func (s *Service) storeOf(ctx context.Context, name v1alpha1.ObjectName) (*v1alp
 			return nil, nil, nil, status.Errorf(codes.FailedPrecondition, "PillarAgent %q of store %q does not exist", st.Spec.AgentName, name)
 		}
 		return nil, nil, nil, status.Errorf(codes.Unavailable, "reading PillarAgent %q: %v", st.Spec.AgentName, err)
+	}
+	if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == reconcile.ReasonMarksStoreChanged {
+		return nil, nil, nil, status.Errorf(codes.FailedPrecondition, "PillarAgent %q of store %q lost its fencing marks: %s", a.Name, name, c.Message)
 	}
 	conn, err := s.cfg.Connector.Connect(ctx, &a)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
 	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
 )
@@ -97,4 +98,82 @@ func TestStoreAndAgentWaitForTheirVolumes(t *testing.T) {
 		t.Errorf("left on the agent: %v", fa.Volumes())
 	}
 	deleteAndWait(t, s, a)
+}
+
+// TestMarksStorePinned: the controller pins the identity of an agent's
+// fencing marks store; an agent that comes back with another one (its
+// marks lost) is not Ready, no volume call goes to it, and nothing is
+// pushed to it, until the PillarAgent is annotated with the new identity.
+func TestMarksStorePinned(t *testing.T) {
+	ctx := context.Background()
+	fa := startAgent(t, fakeagent.Options{NodeName: "storage-pin", Version: "v1"})
+	if err := fa.EnableVolumes(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fa.CloseVolumes)
+	fa.SetStore("tank", fakeagent.Capacity{Total: 1 << 30, Available: 1 << 30})
+	const first, second = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	fa.SetMarksStoreID(first)
+	a := agentObj("agent-pin", "", "127.0.0.1", fa.Port())
+	s := zfsStore("store-pin", "agent-pin", "tank")
+	p := protocolObj("proto-pin", "192.0.2.31")
+	psc := classObj("class-pin", "store-pin", "proto-pin")
+	mustCreate(t, a, s, p, psc)
+	t.Cleanup(func() { deleteAndWait(t, psc, p, s, a) })
+	waitReady(t, psc, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	get(t, a.Name, a)
+	if a.Status.MarksStoreID != first {
+		t.Fatalf("status.marksStoreID %q, want %q", a.Status.MarksStoreID, first)
+	}
+
+	// The storage node comes back with its marks directory wiped.
+	fa.SetMarksStoreID(second)
+	if err := fa.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	c := waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonMarksStoreChanged, quick)
+	wantContains(t, "the agent's condition", c.Message, first, second, v1alpha1.AnnotationAcceptMarksStore+"="+second)
+	var sc storagev1.StorageClass
+	get(t, "class-pin", &sc)
+	conn, err := grpc.NewClient("unix://"+csiSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cc := csi.NewControllerClient(conn)
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	capv := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
+	_, err = cc.CreateVolume(cctx, &csi.CreateVolumeRequest{Name: "pvc-pin-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{capv}, Parameters: sc.Parameters})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("CreateVolume on an agent that lost its marks: %v, want FAILED_PRECONDITION", err)
+	}
+	if n := len(fa.Volumes()); n != 0 {
+		t.Errorf("%d volumes reached the agent", n)
+	}
+	if n := restarts.count("agent-pin"); n != 1 {
+		t.Errorf("OnAgentRestart called %d times, want 1 (the first contact; not for the lost store)", n)
+	}
+
+	// The operator accepts the new store.
+	get(t, a.Name, a)
+	a.Annotations = map[string]string{v1alpha1.AnnotationAcceptMarksStore: second}
+	if err := admin.Update(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitEvent(t, "agent-pin", "MarksStoreAccepted", quick)
+	get(t, a.Name, a)
+	if a.Status.MarksStoreID != second {
+		t.Errorf("status.marksStoreID %q after the acceptance, want %q", a.Status.MarksStoreID, second)
+	}
+	// The refused CreateVolume left its record, as a CSI call that failed
+	// half-way does; the provisioner's retry would finish it. Here it
+	// is deleted, through the agent that is now accepted.
+	eventually(t, quick, func() error {
+		_, err := cc.DeleteVolume(cctx, &csi.DeleteVolumeRequest{VolumeId: "pvc-pin-1"})
+		return err
+	})
 }

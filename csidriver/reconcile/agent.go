@@ -33,6 +33,9 @@ const (
 	ReasonNvmetMissing    = "NvmetMissing"
 	ReasonNodeMismatch    = "NodeMismatch"
 	ReasonInvalidSpec     = "InvalidSpec"
+	// ReasonMarksStoreChanged: the agent reports a fencing marks store
+	// other than the one the controller pinned.
+	ReasonMarksStoreChanged = "MarksStoreChanged"
 )
 
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents,verbs=get;list;watch;patch
@@ -156,6 +159,34 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	return ctrl.Result{RequeueAfter: r.backoff.next(a.Name)}, nil
 }
 
+// pinMarksStore records the identity of the agent's fencing marks store
+// the first time it is seen, and refuses (ok false, with the verdict) an
+// agent that reports another one, unless the PillarAgent's
+// AnnotationAcceptMarksStore names it. An agent that reports none (older
+// than the field) is not judged.
+func (r *AgentReconciler) pinMarksStore(a *v1alpha1.PillarAgent, got string) (verdict, bool) {
+	pinned := a.Status.MarksStoreID
+	switch {
+	case got == "" || got == pinned:
+		return verdict{}, true
+	case pinned == "":
+		a.Status.MarksStoreID = got
+		return verdict{}, true
+	case a.Annotations[v1alpha1.AnnotationAcceptMarksStore] == got:
+		a.Status.MarksStoreID = got
+		if r.Recorder != nil {
+			r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "MarksStoreAccepted", "Reconcile",
+				"the fencing marks store %s replaces %s, as the annotation %s says", got, pinned, v1alpha1.AnnotationAcceptMarksStore)
+		}
+		return verdict{}, true
+	}
+	return notReady(ReasonMarksStoreChanged, "the agent's fencing marks store is %s, not %s, which the controller pinned: its marks were lost "+
+		"(a wiped or replaced generations directory, a disk that was not mounted), and with them what it knew of deleted volumes. "+
+		"No call goes to this agent until an operator recovers: mount the old directory back and restart the agent, or follow "+
+		"docs/troubleshooting.md (MarksStoreChanged), then: kubectl annotate pillaragent %s %s=%s",
+		got, pinned, a.Name, v1alpha1.AnnotationAcceptMarksStore, got), false
+}
+
 // deleting lets an agent go once no volume lives on a store of its node;
 // until then it keeps serving them, and says which volumes it waits for.
 func (r *AgentReconciler) deleting(ctx context.Context, a *v1alpha1.PillarAgent) (ctrl.Result, error) {
@@ -228,6 +259,11 @@ func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) 
 		// export is ever pushed to it on this object's behalf.
 		return notReady(ReasonNodeMismatch, "the agent at %s runs on node %q, not on spec.nodeName %q: correct spec.address or spec.nodeName",
 			conn.Endpoint(), info.GetNodeName(), a.Spec.NodeName), nil
+	}
+	if v, ok := r.pinMarksStore(a, info.GetMarksStoreId()); !ok {
+		// Not recorded either: nothing is pushed to a store that lost
+		// its marks until an operator accepts it.
+		return v, nil
 	}
 	if h := conn.Health(); h.Known && h.Err == nil && !h.Serving {
 		return notReady(ReasonNotServing, "the agent at %s answers but reports NOT_SERVING (not ready): see `kubectl logs` of pillar-agent on the node, or its /readyz", conn.Endpoint()), info

@@ -125,7 +125,8 @@ func Setup(mgr manager.Manager, opts Options) (*Controllers, error) {
 		Metrics: opts.Metrics, OnRestart: opts.OnAgentRestart, Refresh: opts.AgentRefresh}
 	agents := ctrl.NewControllerManagedBy(mgr).
 		Named("pillaragent").
-		For(&v1alpha1.PillarAgent{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// An annotation may accept a new marks store (pinMarksStore).
+		For(&v1alpha1.PillarAgent{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(agentsOfNode(c)),
 			builder.WithPredicates(nodeAddressChanged()))
 	if len(opts.SecretNamespaces) > 0 {

@@ -967,8 +967,14 @@ type GetAgentInfoResponse struct {
 	// (nvmetcli clear, another tool). Zero from an agent that does not
 	// check.
 	ExportsRestored uint64 `protobuf:"varint,6,opt,name=exports_restored,json=exportsRestored,proto3" json:"exports_restored,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The identity of the agent's fencing marks store: drawn when the store
+	// was first opened, the same for as long as its directory lasts. Another
+	// identity means the marks were lost (a wiped or replaced directory),
+	// and with them what the agent knew of deleted volumes. Empty from an
+	// agent that predates the field.
+	MarksStoreId  string `protobuf:"bytes,7,opt,name=marks_store_id,json=marksStoreId,proto3" json:"marks_store_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetAgentInfoResponse) Reset() {
@@ -1041,6 +1047,13 @@ func (x *GetAgentInfoResponse) GetExportsRestored() uint64 {
 		return x.ExportsRestored
 	}
 	return 0
+}
+
+func (x *GetAgentInfoResponse) GetMarksStoreId() string {
+	if x != nil {
+		return x.MarksStoreId
+	}
+	return ""
 }
 
 // GetCapacityRequest names a store.
@@ -2519,7 +2532,7 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"nvmeof_tcp\x18\x06 \x01(\v2 .pillar.agent.v1.NvmeofTcpExportH\x00R\tnvmeofTcp\x12*\n" +
 	"\x11allowed_host_nqns\x18\a \x03(\tR\x0fallowedHostNqnsB\v\n" +
 	"\ttransport\"\x15\n" +
-	"\x13GetAgentInfoRequest\"\xfe\x01\n" +
+	"\x13GetAgentInfoRequest\"\xa4\x02\n" +
 	"\x14GetAgentInfoResponse\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12?\n" +
@@ -2527,7 +2540,8 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\vinstance_id\x18\x04 \x01(\tR\n" +
 	"instanceId\x12\x17\n" +
 	"\aboot_id\x18\x05 \x01(\tR\x06bootId\x12)\n" +
-	"\x10exports_restored\x18\x06 \x01(\x04R\x0fexportsRestored\"B\n" +
+	"\x10exports_restored\x18\x06 \x01(\x04R\x0fexportsRestored\x12$\n" +
+	"\x0emarks_store_id\x18\a \x01(\tR\fmarksStoreId\"B\n" +
 	"\x12GetCapacityRequest\x12,\n" +
 	"\x05store\x18\x01 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\"_\n" +
 	"\x13GetCapacityResponse\x12\x1f\n" +

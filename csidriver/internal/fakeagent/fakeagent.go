@@ -48,6 +48,7 @@ type Agent struct {
 	bootID   string
 	caps     []agentv1.Capability
 	restored uint64              // GetAgentInfo's exports_restored
+	marksID  string              // GetAgentInfo's marks_store_id
 	stores   map[string]Capacity // by pool or volume group
 	instance string
 	calls    map[string]int
@@ -210,6 +211,13 @@ func (a *Agent) SetCapabilities(c ...agentv1.Capability) {
 	a.caps = c
 }
 
+// SetMarksStoreID sets the marks_store_id GetAgentInfo reports.
+func (a *Agent) SetMarksStoreID(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.marksID = id
+}
+
 // SetExportsRestored sets the exports_restored GetAgentInfo reports.
 func (a *Agent) SetExportsRestored(n uint64) {
 	a.mu.Lock()
@@ -265,7 +273,7 @@ func (s *service) GetAgentInfo(context.Context, *agentv1.GetAgentInfoRequest) (*
 	defer a.mu.Unlock()
 	a.calls["GetAgentInfo"]++
 	return &agentv1.GetAgentInfoResponse{AgentVersion: a.version, NodeName: a.node, Capabilities: append([]agentv1.Capability(nil), a.caps...),
-		InstanceId: a.instance, BootId: a.bootID, ExportsRestored: a.restored}, nil
+		InstanceId: a.instance, BootId: a.bootID, ExportsRestored: a.restored, MarksStoreId: a.marksID}, nil
 }
 
 func (s *service) GetCapacity(_ context.Context, req *agentv1.GetCapacityRequest) (*agentv1.GetCapacityResponse, error) {
