@@ -140,7 +140,7 @@ func VolumeHandles(o client.Object) []string {
 // +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;watch
 
 // noOtherPV refuses to delete volume id while a PersistentVolume other
-// than its own (named id, as the external-provisioner names it) still names
+// than its own (the one whose name the ID was made from) still names
 // it as its volumeHandle: a read-only PersistentVolume made by hand for
 // the volume (docs/install.md, "Sharing a volume read-only") would serve
 // readers whose data is gone. FAILED_PRECONDITION: the provisioner retries
@@ -159,7 +159,9 @@ func (s *Service) noOtherPV(ctx context.Context, id string) error {
 	var others []string
 	for i := range pvs.Items {
 		pv := &pvs.Items[i]
-		if pv.Name != id && slices.Contains(VolumeHandles(pv), id) {
+		// The volume's own PV is the one whose name gave the volume its
+		// ID (volumeIDFor: the name itself when it is a valid ID).
+		if volumeIDFor(pv.Name) != id && slices.Contains(VolumeHandles(pv), id) {
 			others = append(others, pv.Name)
 		}
 	}
