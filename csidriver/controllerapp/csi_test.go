@@ -10,17 +10,11 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
-	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
 )
 
 // TestCSIEndpoint drives pillar-controller's CSI endpoint as the
@@ -29,28 +23,9 @@ import (
 // reboot, unpublished and deleted.
 func TestCSIEndpoint(t *testing.T) {
 	ctx := context.Background()
-	fa := startAgent(t, fakeagent.Options{NodeName: "storage-csi", Version: "v1"})
-	if err := fa.EnableVolumes(t.TempDir(), 0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fa.CloseVolumes)
-	fa.SetStore("tank", fakeagent.Capacity{Total: 1 << 30, Available: 1 << 30})
-	a := agentObj("agent-csi", "", "127.0.0.1", fa.Port())
-	s := zfsStore("store-csi", "agent-csi", "tank")
-	p := protocolObj("proto-csi", "192.0.2.20")
-	psc := classObj("class-csi", "store-csi", "proto-csi")
-	mustCreate(t, a, s, p, psc)
-	waitReady(t, psc, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
-	// The parameters of the generated StorageClass, as the provisioner
-	// passes them.
-	var sc storagev1.StorageClass
-	get(t, "class-csi", &sc)
-
-	conn, err := grpc.NewClient("unix://"+csiSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	v := newVolumeSetup(t, "csi", "192.0.2.20")
+	fa := v.fa
+	conn := csiConn(t)
 	id, cc := csi.NewIdentityClient(conn), csi.NewControllerClient(conn)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -61,10 +36,7 @@ func TestCSIEndpoint(t *testing.T) {
 	if pr, err := id.Probe(cctx, &csi.ProbeRequest{}); err != nil || !pr.GetReady().GetValue() {
 		t.Fatalf("Probe = %v, %v", pr, err)
 	}
-	capv := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
-	vol, err := cc.CreateVolume(cctx, &csi.CreateVolumeRequest{Name: "pvc-csi-endpoint", CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{capv}, Parameters: sc.Parameters})
+	vol, err := v.createVolume(cctx, cc, "pvc-csi-endpoint")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +44,7 @@ func TestCSIEndpoint(t *testing.T) {
 		t.Errorf("volume %v, agent has %v", vol.GetVolume(), fa.Volumes())
 	}
 	const node = "worker-1/nqn.2014-08.org.nvmexpress:uuid:11111111-0000-4000-8000-000000000001"
-	if _, err := cc.ControllerPublishVolume(cctx, &csi.ControllerPublishVolumeRequest{VolumeId: "pvc-csi-endpoint", NodeId: node, VolumeCapability: capv}); err != nil {
+	if _, err := cc.ControllerPublishVolume(cctx, &csi.ControllerPublishVolumeRequest{VolumeId: "pvc-csi-endpoint", NodeId: node, VolumeCapability: mountRWO}); err != nil {
 		t.Fatal(err)
 	}
 	if h := fa.Exports()["pvc-csi-endpoint"].Hosts; len(h) != 1 {
@@ -154,5 +126,5 @@ func TestCSIEndpoint(t *testing.T) {
 		}
 		return nil
 	})
-	deleteAndWait(t, psc, p, s, a)
+	deleteAndWait(t, v.class, v.proto, v.store, v.agent)
 }

@@ -7,8 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +20,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
+	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
 )
 
 // eventually retries f every 100 ms until it returns nil or d passes, then
@@ -188,4 +193,63 @@ func wantContains(t *testing.T, what, s string, subs ...string) {
 			t.Errorf("%s = %q, want it to mention %q", what, s, sub)
 		}
 	}
+}
+
+// volumeSetup is a fake agent with volumes on a 1 GiB pool "tank", and
+// the PillarAgent, PillarStore, PillarProtocol and PillarStorageClass of
+// it, named <kind>-<name>, the class in sync.
+type volumeSetup struct {
+	fa    *fakeagent.Agent
+	agent *v1alpha1.PillarAgent
+	store *v1alpha1.PillarStore
+	proto *v1alpha1.PillarProtocol
+	class *v1alpha1.PillarStorageClass
+	// params are the parameters of the generated StorageClass, as the
+	// provisioner passes them.
+	params map[string]string
+}
+
+// newVolumeSetup makes a volumeSetup; prepare runs on the fake agent
+// before the objects exist. The objects are left to the test to delete.
+func newVolumeSetup(t *testing.T, name, addr string, prepare ...func(*fakeagent.Agent)) *volumeSetup {
+	t.Helper()
+	fa := startAgent(t, fakeagent.Options{NodeName: "storage-" + name, Version: "v1"})
+	if err := fa.EnableVolumes(t.TempDir(), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fa.CloseVolumes)
+	fa.SetStore("tank", fakeagent.Capacity{Total: 1 << 30, Available: 1 << 30})
+	for _, p := range prepare {
+		p(fa)
+	}
+	v := &volumeSetup{fa: fa, agent: agentObj("agent-"+name, "", "127.0.0.1", fa.Port()), store: zfsStore("store-"+name, "agent-"+name, "tank"),
+		proto: protocolObj("proto-"+name, addr), class: classObj("class-"+name, "store-"+name, "proto-"+name)}
+	mustCreate(t, v.agent, v.store, v.proto, v.class)
+	waitReady(t, v.class, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	var sc storagev1.StorageClass
+	get(t, v.class.Name, &sc)
+	v.params = sc.Parameters
+	return v
+}
+
+// mountRWO is the capability of an ext4 ReadWriteOnce claim.
+var mountRWO = &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
+
+// csiConn is a connection to pillar-controller's CSI endpoint, as the
+// sidecars have one.
+func csiConn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+csiSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// createVolume asks for a 64 MiB ReadWriteOnce volume of the setup's class.
+func (v *volumeSetup) createVolume(ctx context.Context, cc csi.ControllerClient, name string) (*csi.CreateVolumeResponse, error) {
+	return cc.CreateVolume(ctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
+		VolumeCapabilities: []*csi.VolumeCapability{mountRWO}, Parameters: v.params})
 }

@@ -8,11 +8,8 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -27,19 +24,9 @@ import (
 // still serve the old one; once it is deleted both go.
 func TestStoreAndAgentWaitForTheirVolumes(t *testing.T) {
 	ctx := context.Background()
-	fa := startAgent(t, fakeagent.Options{NodeName: "storage-inuse", Version: "v1"})
-	if err := fa.EnableVolumes(t.TempDir(), 0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fa.CloseVolumes)
-	fa.SetStore("tank", fakeagent.Capacity{Total: 1 << 30, Available: 1 << 30})
-	a := agentObj("agent-inuse", "", "127.0.0.1", fa.Port())
-	s := zfsStore("store-inuse", "agent-inuse", "tank")
-	p := protocolObj("proto-inuse", "192.0.2.30")
-	psc := classObj("class-inuse", "store-inuse", "proto-inuse")
-	mustCreate(t, a, s, p, psc)
-	t.Cleanup(func() { deleteAndWait(t, psc, p) })
-	waitReady(t, psc, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	v := newVolumeSetup(t, "inuse", "192.0.2.30")
+	fa, a, s := v.fa, v.agent, v.store
+	t.Cleanup(func() { deleteAndWait(t, v.class, v.proto) })
 	for _, o := range []client.Object{a, s} {
 		eventually(t, quick, func() error {
 			get(t, o.GetName(), o)
@@ -49,21 +36,11 @@ func TestStoreAndAgentWaitForTheirVolumes(t *testing.T) {
 			return nil
 		})
 	}
-	var sc storagev1.StorageClass
-	get(t, "class-inuse", &sc)
-	conn, err := grpc.NewClient("unix://"+csiSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	cc := csi.NewControllerClient(conn)
+	cc := csi.NewControllerClient(csiConn(t))
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	capv := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
 	create := func(name string) error {
-		_, err := cc.CreateVolume(cctx, &csi.CreateVolumeRequest{Name: name, CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
-			VolumeCapabilities: []*csi.VolumeCapability{capv}, Parameters: sc.Parameters})
+		_, err := v.createVolume(cctx, cc, name)
 		return err
 	}
 	if err := create("pvc-inuse-1"); err != nil {
@@ -106,21 +83,10 @@ func TestStoreAndAgentWaitForTheirVolumes(t *testing.T) {
 // pushed to it, until the PillarAgent is annotated with the new identity.
 func TestMarksStorePinned(t *testing.T) {
 	ctx := context.Background()
-	fa := startAgent(t, fakeagent.Options{NodeName: "storage-pin", Version: "v1"})
-	if err := fa.EnableVolumes(t.TempDir(), 0); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(fa.CloseVolumes)
-	fa.SetStore("tank", fakeagent.Capacity{Total: 1 << 30, Available: 1 << 30})
 	const first, second = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
-	fa.SetMarksStoreID(first)
-	a := agentObj("agent-pin", "", "127.0.0.1", fa.Port())
-	s := zfsStore("store-pin", "agent-pin", "tank")
-	p := protocolObj("proto-pin", "192.0.2.31")
-	psc := classObj("class-pin", "store-pin", "proto-pin")
-	mustCreate(t, a, s, p, psc)
-	t.Cleanup(func() { deleteAndWait(t, psc, p, s, a) })
-	waitReady(t, psc, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	v := newVolumeSetup(t, "pin", "192.0.2.31", func(fa *fakeagent.Agent) { fa.SetMarksStoreID(first) })
+	fa, a := v.fa, v.agent
+	t.Cleanup(func() { deleteAndWait(t, v.class, v.proto, v.store, v.agent) })
 	get(t, a.Name, a)
 	if a.Status.MarksStoreID != first {
 		t.Fatalf("status.marksStoreID %q, want %q", a.Status.MarksStoreID, first)
@@ -133,20 +99,10 @@ func TestMarksStorePinned(t *testing.T) {
 	}
 	c := waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonMarksStoreChanged, quick)
 	wantContains(t, "the agent's condition", c.Message, first, second, v1alpha1.AnnotationAcceptMarksStore+"="+second)
-	var sc storagev1.StorageClass
-	get(t, "class-pin", &sc)
-	conn, err := grpc.NewClient("unix://"+csiSocket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	cc := csi.NewControllerClient(conn)
+	cc := csi.NewControllerClient(csiConn(t))
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	capv := &csi.VolumeCapability{AccessMode: &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
-		AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "ext4"}}}
-	_, err = cc.CreateVolume(cctx, &csi.CreateVolumeRequest{Name: "pvc-pin-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 64 << 20},
-		VolumeCapabilities: []*csi.VolumeCapability{capv}, Parameters: sc.Parameters})
+	_, err := v.createVolume(cctx, cc, "pvc-pin-1")
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("CreateVolume on an agent that lost its marks: %v, want FAILED_PRECONDITION", err)
 	}

@@ -331,12 +331,19 @@ func TestAgentImageRefusesStrangers(t *testing.T) {
 			}
 		}
 	}
+	wantExportAndZvol(t, pool.Name, id, "after the strangers' calls")
+}
+
+// wantExportAndZvol fails the test unless volume id's export is in the
+// kernel's configfs and its zvol in pool.
+func wantExportAndZvol(t *testing.T, pool, id, when string) {
+	t.Helper()
 	ident, _ := export.For(id)
 	if _, err := os.Stat(filepath.Join("/sys/kernel/config/nvmet/subsystems", ident.SubsystemNQN)); err != nil {
-		t.Errorf("the export is gone after the strangers' calls: %v", err)
+		t.Errorf("the export is gone %s: %v", when, err)
 	}
-	if out := run(t, "zfs", "list", "-H", "-o", "name", "-r", pool.Name); !strings.Contains(out, id) {
-		t.Errorf("the zvol is gone after the strangers' calls: zfs list: %s", out)
+	if out := run(t, "zfs", "list", "-H", "-o", "name", "-r", pool); !strings.Contains(out, id) {
+		t.Errorf("the zvol is gone %s: zfs list: %s", when, out)
 	}
 }
 
@@ -377,13 +384,7 @@ func TestAgentImageFailsClosedOnLostMarks(t *testing.T) {
 			}
 		}
 	}
-	ident, _ := export.For(id)
-	if _, err := os.Stat(filepath.Join("/sys/kernel/config/nvmet/subsystems", ident.SubsystemNQN)); err != nil {
-		t.Errorf("the export is gone: %v", err)
-	}
-	if out := run(t, "zfs", "list", "-H", "-o", "name", "-r", pool.Name); !strings.Contains(out, id) {
-		t.Errorf("the zvol is gone: zfs list: %s", out)
-	}
+	wantExportAndZvol(t, pool.Name, id, "after the refused calls")
 	// "v."+id is fencing.FileName of this ID.
 	if _, err := os.Stat(filepath.Join(c.gen, "v."+id)); err == nil {
 		t.Error("a refused call wrote the volume's mark")
