@@ -80,7 +80,7 @@ E2E_CI_RUN ?= ^(TestInstall|TestQuickstart|TestAgentRefusesStrangers|TestExportS
 
 .PHONY: e2e-ci
 e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end subset of make check in one guest (install, quickstart, strangers refused by the agent, ExportSpecMissing recovery, agent restart, external-storage specs) in the lab cluster (needs root)
-	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 45m tests/e2e/pillar -- -test.timeout 40m -test.run '$(E2E_CI_RUN)' -cluster.import $(E2EFLAGS)
+	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 45m -cluster-control-plane tests/e2e/pillar -- -test.timeout 40m -test.run '$(E2E_CI_RUN)' -cluster.import $(E2EFLAGS)
 
 # Two kernels (make e2e-two): the storage node is a guest of its own, the
 # peer, joined to the main guest (control plane and worker) by a virtual

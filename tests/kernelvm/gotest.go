@@ -229,6 +229,9 @@ type TestOptions struct {
 	// HostNet gives the guest the host's network (BootOptions.HostNet),
 	// brought up before the first package runs.
 	HostNet bool
+	// Forward lists host ports forwarded into the guest
+	// (BootOptions.Forward); it needs HostNet.
+	Forward []PortForward
 	// Env is added to every test binary's environment, as KEY=VALUE.
 	Env []string
 }
@@ -292,6 +295,9 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 	}
 	if o.HostNet && o.Peer != nil {
 		return nil, &Error{Op: "run tests", Err: errors.New("a two-guest run has no host network")}
+	}
+	if len(o.Forward) > 0 && !o.HostNet {
+		return nil, &Error{Op: "run tests", Err: errors.New("port forwards need the host's network (HostNet)")}
 	}
 	for _, kv := range o.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || !envName.MatchString(k) {
@@ -420,7 +426,7 @@ runpkg() {
 			}
 		}
 	}
-	bo := BootOptions{VM: vm, Script: s.String(), Stdout: o.Stdout, OnLine: onLine, HostNet: o.HostNet}
+	bo := BootOptions{VM: vm, Script: s.String(), Stdout: o.Stdout, OnLine: onLine, HostNet: o.HostNet, Forward: o.Forward}
 	if pr != nil {
 		bo.Link, bo.Share = pr.main, pr.share
 		pr.start(ctx)

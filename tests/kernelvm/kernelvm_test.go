@@ -282,10 +282,11 @@ func TestRunTestsRefusesBadOptions(t *testing.T) {
 		o    TestOptions
 		want string
 	}{
-		"a name that is no shell variable": {TestOptions{Env: []string{"1X=y"}}, "is not NAME=VALUE"},
-		"no value":                         {TestOptions{Env: []string{"X"}}, "is not NAME=VALUE"},
-		"a quote in the name":              {TestOptions{Env: []string{"X'Y=1"}}, "is not NAME=VALUE"},
-		"host network on a two-guest run":  {TestOptions{HostNet: true, Peer: &PeerOptions{}}, "no host network"},
+		"a name that is no shell variable":  {TestOptions{Env: []string{"1X=y"}}, "is not NAME=VALUE"},
+		"no value":                          {TestOptions{Env: []string{"X"}}, "is not NAME=VALUE"},
+		"a quote in the name":               {TestOptions{Env: []string{"X'Y=1"}}, "is not NAME=VALUE"},
+		"host network on a two-guest run":   {TestOptions{HostNet: true, Peer: &PeerOptions{}}, "no host network"},
+		"port forward without host network": {TestOptions{Forward: []PortForward{{HostPort: 1, GuestPort: 2}}}, "need the host's network"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var l Lab

@@ -117,6 +117,11 @@ type BootOptions struct {
 	// reaches whatever the host reaches; only the lab's own tests run
 	// there.
 	HostNet bool
+	// Forward lists TCP ports of the host's loopback that QEMU forwards
+	// to the guest's HostNet address: the way in for a host process that
+	// must reach a guest's server (the host's API server reaching the
+	// lab cluster's kubelets). Needs HostNet.
+	Forward []PortForward
 
 	// Share, if set, is a host directory the guest can mount with 9p tag
 	// ShareTag, uncached, so that writes from the host or another guest
@@ -215,9 +220,15 @@ func (r *Run) Boot(ctx context.Context, o BootOptions) (BootResult, error) {
 		if o.Link != nil {
 			return BootResult{}, &Error{Op: op, Err: errors.New("a guest has either a link to another guest or the host's network, not both")}
 		}
+		netdev := "user,id=h0,ipv6=off,net=10.0.2.0/24"
+		for _, f := range o.Forward {
+			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", f.HostPort, f.GuestPort)
+		}
 		args = append(args,
-			"-netdev", "user,id=h0,ipv6=off,net=10.0.2.0/24",
+			"-netdev", netdev,
 			"-device", "virtio-net-pci,netdev=h0,mac=52:54:00:99:01:01")
+	} else if len(o.Forward) > 0 {
+		return BootResult{}, &Error{Op: op, Err: errors.New("port forwards need the host's network (HostNet)")}
 	}
 	for i, d := range o.Disks {
 		args = append(args,
@@ -387,15 +398,25 @@ const guestEnv = `export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 export HOME=/root TMPDIR=/tmp LANG=C.UTF-8 TERM=${TERM:-linux}
 `
 
+// PortForward is a TCP port of the host's loopback that QEMU forwards to
+// a port of the guest (BootOptions.Forward).
+type PortForward struct {
+	HostPort, GuestPort int
+}
+
 // HostAddr is the host as a guest with BootOptions.HostNet reaches it:
 // QEMU's user-mode network forwards a connection to HostAddr:port to
 // 127.0.0.1:port on the host.
 const HostAddr = "10.0.2.2"
 
+// GuestAddr is the guest's own address on the host's network
+// (HostNetScript), where BootOptions.Forward delivers.
+const GuestAddr = "10.0.2.15"
+
 // HostNetScript is the guest shell line that brings up the NIC of
-// BootOptions.HostNet as eth0 with the address 10.0.2.15/24 (no route
+// BootOptions.HostNet as eth0 with the address GuestAddr/24 (no route
 // beyond that network, no DNS).
-const HostNetScript = `modprobe virtio_net && ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 || { echo "pillar-lab: cannot bring up the host's network (eth0)" >&2; exit 1; }
+const HostNetScript = `modprobe virtio_net && ip link set eth0 up && ip addr add ` + GuestAddr + `/24 dev eth0 || { echo "pillar-lab: cannot bring up the host's network (eth0)" >&2; exit 1; }
 `
 
 // hiddenByGuest reports whether the guest's own tmpfs on /tmp hides the

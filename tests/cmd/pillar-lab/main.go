@@ -32,6 +32,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
 )
 
@@ -65,6 +66,8 @@ type options struct {
 	peerCPUs     int
 	// apiServer is test's -apiserver.
 	apiServer bool
+	// clusterControlPlane is test's -cluster-control-plane.
+	clusterControlPlane bool
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -121,6 +124,8 @@ func main() {
 		fs.IntVar(&o.peerCPUs, "peer-smp", 1, "the peer's CPUs")
 		fs.BoolVar(&o.apiServer, "apiserver", false, "run etcd and kube-apiserver from the workspace's bin/ on the host, with its CRDs, and give the guest "+
 			"their kubeconfig in $"+kernelvm.KubeconfigEnv+" (tests/kernel/controller needs them)")
+		fs.BoolVar(&o.clusterControlPlane, "cluster-control-plane", false, "run the lab cluster's control plane (etcd, kube-apiserver, controller manager, scheduler) from the workspace's bin/ "+
+			"on the host, natively, and give the guest's cluster harness its directory in $"+cluster.ControlPlaneEnv+" (one-guest runs of tests/e2e)")
 		fs.Parse(args)
 		code = test(ctx, &o, fs.Args(), run)
 	case "-h", "-help", "--help", "help":
@@ -246,6 +251,23 @@ func test(ctx context.Context, o *options, args []string, runRE string) int {
 	} else if o.peerDisks != "" {
 		return fail(errors.New("-peer-disks needs -peer-m"))
 	}
+	if o.apiServer && o.clusterControlPlane {
+		return fail(errors.New("-apiserver and -cluster-control-plane: one host control plane per run"))
+	}
+	if o.clusterControlPlane {
+		if topts.Peer != nil {
+			return fail(errors.New("-cluster-control-plane: a two-guest run has no host network"))
+		}
+		stop, err := startClusterControlPlane(ctx, ws.Root, &topts)
+		if err != nil {
+			return fail(err)
+		}
+		passed := false
+		defer func() { stop(passed) }()
+		rep, err := lab.RunTests(ctx, pkgs, topts)
+		passed = err == nil && rep.OK()
+		return report(rep, err, start)
+	}
 	if o.apiServer {
 		stop, err := startAPIServer(ws.Root, &topts)
 		if err != nil {
@@ -274,6 +296,47 @@ func report(rep *kernelvm.TestReport, err error, start time.Time) int {
 		return 1
 	}
 	return 0
+}
+
+// startClusterControlPlane starts the lab cluster's control plane on
+// the host and adds what reaches it to topts. Its logs stay, and are
+// named, unless the tests passed.
+func startClusterControlPlane(ctx context.Context, root string, topts *kernelvm.TestOptions) (stop func(passed bool), err error) {
+	dir, err := os.MkdirTemp("", "pillar-lab-control-plane-")
+	if err != nil {
+		return nil, err
+	}
+	egress, err := cluster.FreePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	began := time.Now()
+	cp, err := cluster.StartHostControlPlane(ctx, cluster.HostControlPlaneOptions{
+		BinDir:         filepath.Join(root, "bin"),
+		Dir:            dir,
+		EgressHostPort: egress,
+		Log:            os.Stderr,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (its files: %s)", err, dir)
+	}
+	fmt.Fprintf(os.Stderr, "pillar-lab: the lab cluster's control plane on the host ready in %v; the guest reaches it at %s, and it the kubelets through port %d\n",
+		time.Since(began).Round(10*time.Millisecond), kernelvm.HostAddr, egress)
+	topts.HostNet = true
+	topts.Forward = append(topts.Forward, kernelvm.PortForward{HostPort: egress, GuestPort: cluster.EgressPort})
+	topts.Expose = append(topts.Expose, dir)
+	topts.Env = append(topts.Env, cluster.ControlPlaneEnv+"="+dir)
+	return func(passed bool) {
+		if err := cp.Stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "pillar-lab: stop the host's control plane: %v\n", err)
+		}
+		if passed {
+			os.RemoveAll(dir)
+		} else {
+			fmt.Fprintf(os.Stderr, "pillar-lab: the host's control plane's logs kept: %s\n", strings.Join(cp.Logs(), " "))
+		}
+	}, nil
 }
 
 // startAPIServer starts etcd and kube-apiserver on the host for the

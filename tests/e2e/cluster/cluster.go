@@ -104,6 +104,9 @@ type Cluster struct {
 	joinDir string
 	// attached is set by Attach: another process owns the cluster.
 	attached bool
+	// hostCP is the host's control plane, when ControlPlaneEnv names
+	// one; nil when this guest runs its own.
+	hostCP *hostControlPlane
 }
 
 type undoStep struct {
@@ -188,6 +191,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		c.joinDir = filepath.Join(guest.ShareDir, "join")
 	}
 	c.NodeIP = c.net.ip
+	var err error
+	if c.hostCP, err = hostControlPlaneFromEnv(); err != nil {
+		return nil, err
+	}
+	if c.hostCP != nil && c.PeerName != "" {
+		return nil, fmt.Errorf("start the lab cluster: a two-guest run has no host control plane ($%s)", ControlPlaneEnv)
+	}
 	ctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 	if err := c.startAll(ctx); err != nil {
@@ -278,56 +288,85 @@ func lookPath(name string) (string, error) {
 // writePKI writes the CA, the API server's serving certificate, a client
 // certificate per component (each its own user, so RBAC and the Node
 // authorizer see the identities a real cluster has), the service-account
-// key and the kubeconfigs.
+// key and the kubeconfigs. With the host's control plane (hostCP) it
+// loads that plane's CA instead and writes only what the node needs.
 func (c *Cluster) writePKI() error {
 	pki := c.dir("pki")
 	if err := os.MkdirAll(pki, 0o700); err != nil {
 		return err
 	}
 	var err error
+	if c.hostCP != nil {
+		if c.ca, err = loadCA(filepath.Join(c.hostCP.dir, "pki")); err != nil {
+			return fmt.Errorf("the host's control plane: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(pki, "ca.crt"), c.ca.pem, 0o644); err != nil {
+			return err
+		}
+		return c.writeKubeconfigs(c.hostCP.url, "admin", "kubelet", "proxy")
+	}
 	if c.ca, err = newCA(); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(pki, "ca.crt"), c.ca.pem, 0o644); err != nil {
+	if err := c.ca.writeCA(pki); err != nil {
 		return err
 	}
-	// The controller manager signs certificate requests with it.
-	keyPEM, err := c.ca.keyPEM()
-	if err != nil {
+	if err := c.writeServerPKI(pki, c.NodeIP, c.NodeName); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(pki, "ca.key"), keyPEM, 0o600); err != nil {
+	url := "https://" + c.NodeIP + ":6443"
+	if err := c.writeKubeconfigs(url, "admin", "controller-manager", "scheduler", "kubelet", "proxy"); err != nil {
 		return err
 	}
+	if c.PeerName != "" {
+		return c.writeJoin(url)
+	}
+	return nil
+}
+
+// writeServerPKI writes the API server's side: the service-account key,
+// its serving certificate for hosts (and the names every cluster gives
+// it), and its client certificate for the kubelets.
+func (c *Cluster) writeServerPKI(pki string, hosts ...string) error {
 	if _, _, err := serviceAccountKey(pki); err != nil {
 		return err
 	}
-	server, err := c.ca.issue("kube-apiserver", nil, []string{
-		c.NodeIP, APIServiceIP, "127.0.0.1", "localhost", c.NodeName,
+	server, err := c.ca.issue("kube-apiserver", nil, append(hosts,
+		APIServiceIP, "127.0.0.1", "localhost",
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-	})
+	))
 	if err != nil {
 		return err
 	}
 	if _, _, err := server.write(pki, "apiserver"); err != nil {
 		return err
 	}
-	// The API server's client for the kubelet API (logs, exec).
+	// The API server's client for the kubelet API (logs, exec), and for
+	// the proxy to the kubelets when the host runs the API server.
 	kc, err := c.ca.issue("kube-apiserver-kubelet-client", []string{"system:masters"}, nil)
 	if err != nil {
 		return err
 	}
-	if _, _, err := kc.write(pki, "apiserver-kubelet-client"); err != nil {
-		return err
+	_, _, err = kc.write(pki, "apiserver-kubelet-client")
+	return err
+}
+
+// writeKubeconfigs writes file.kubeconfig for each named component, with
+// a client certificate of its own user, for the API server at url. The
+// admin's becomes c.Kubeconfig.
+func (c *Cluster) writeKubeconfigs(url string, files ...string) error {
+	users := map[string]struct{ cn, org string }{
+		"admin":              {"pillar-lab-admin", "system:masters"},
+		"controller-manager": {"system:kube-controller-manager", ""},
+		"scheduler":          {"system:kube-scheduler", ""},
+		"kubelet":            {"system:node:" + c.NodeName, "system:nodes"},
+		"proxy":              {"system:kube-proxy", ""},
 	}
-	url := "https://" + c.NodeIP + ":6443"
-	for _, u := range []struct{ file, cn, org string }{
-		{"admin", "pillar-lab-admin", "system:masters"},
-		{"controller-manager", "system:kube-controller-manager", ""},
-		{"scheduler", "system:kube-scheduler", ""},
-		{"kubelet", "system:node:" + c.NodeName, "system:nodes"},
-		{"proxy", "system:kube-proxy", ""},
-	} {
+	for _, file := range files {
+		u, ok := users[file]
+		if !ok {
+			return fmt.Errorf("kubeconfig %q: no such component", file)
+		}
 		var orgs []string
 		if u.org != "" {
 			orgs = []string{u.org}
@@ -336,13 +375,12 @@ func (c *Cluster) writePKI() error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(c.dir(u.file+".kubeconfig"), []byte(kubeconfig(url, c.ca.pem, kp, u.cn)), 0o600); err != nil {
+		if err := os.WriteFile(c.dir(file+".kubeconfig"), []byte(kubeconfig(url, c.ca.pem, kp, u.cn)), 0o600); err != nil {
 			return err
 		}
-	}
-	c.Kubeconfig = c.dir("admin.kubeconfig")
-	if c.PeerName != "" {
-		return c.writeJoin(url)
+		if file == "admin" {
+			c.Kubeconfig = c.dir("admin.kubeconfig")
+		}
 	}
 	return nil
 }
@@ -603,41 +641,112 @@ func (c *Cluster) waitFor(ctx context.Context, what string, timeout time.Duratio
 	}
 }
 
+// controlPlane says where the control plane listens: in the guest on
+// the node's address and the usual ports, on the host on loopback ports
+// of its own with the guest's kubelets behind the egress proxy.
+type controlPlane struct {
+	advertise, bind string
+	port            int
+	etcdClient      int
+	// egressConfig, if set, is the API server's egress selector
+	// configuration: how it reaches the kubelets.
+	egressConfig string
+	// componentPorts are the controller manager's and the scheduler's
+	// secure ports (0: their defaults).
+	managerPort, schedulerPort int
+}
+
 // startControlPlane starts etcd, the API server, the controller manager
-// and the scheduler, and waits for the API server's /readyz.
+// and the scheduler in this guest, or with the host's control plane
+// connects to it.
 func (c *Cluster) startControlPlane(ctx context.Context) error {
+	if c.hostCP != nil {
+		return c.connectHostControlPlane(ctx)
+	}
+	return c.runControlPlane(ctx, controlPlane{advertise: c.NodeIP, bind: "0.0.0.0", port: 6443, etcdClient: 2379})
+}
+
+// runControlPlane starts etcd, the API server, the controller manager
+// and the scheduler where cp says, and waits for the API server's
+// /readyz.
+func (c *Cluster) runControlPlane(ctx context.Context, cp controlPlane) error {
 	pki := c.dir("pki")
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cp.etcdClient)
 	if _, err := c.startDaemon("etcd", "etcd", "--data-dir", c.dir("etcd"),
-		"--listen-client-urls", "http://127.0.0.1:2379", "--unsafe-no-fsync"); err != nil {
+		"--listen-client-urls", etcdURL, "--unsafe-no-fsync"); err != nil {
 		return err
 	}
-	if _, err := c.startDaemon("kube-apiserver", "kube-apiserver",
-		"--etcd-servers=http://127.0.0.1:2379",
-		"--advertise-address="+c.NodeIP, "--bind-address=0.0.0.0", "--secure-port=6443",
-		"--cert-dir="+c.dir("apiserver-certs"),
-		"--tls-cert-file="+filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file="+filepath.Join(pki, "apiserver.key"),
-		"--client-ca-file="+filepath.Join(pki, "ca.crt"),
-		"--kubelet-client-certificate="+filepath.Join(pki, "apiserver-kubelet-client.crt"),
-		"--kubelet-client-key="+filepath.Join(pki, "apiserver-kubelet-client.key"),
+	args := []string{
+		"--etcd-servers=" + etcdURL,
+		"--advertise-address=" + cp.advertise, "--bind-address=" + cp.bind, "--secure-port=" + strconv.Itoa(cp.port),
+		"--cert-dir=" + c.dir("apiserver-certs"),
+		"--tls-cert-file=" + filepath.Join(pki, "apiserver.crt"), "--tls-private-key-file=" + filepath.Join(pki, "apiserver.key"),
+		"--client-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--kubelet-client-certificate=" + filepath.Join(pki, "apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + filepath.Join(pki, "apiserver-kubelet-client.key"),
 		"--kubelet-preferred-address-types=InternalIP",
-		"--service-account-key-file="+filepath.Join(pki, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(pki, "sa.key"),
+		"--service-account-key-file=" + filepath.Join(pki, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(pki, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range="+ServiceCIDR,
+		"--service-cluster-ip-range=" + ServiceCIDR,
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
 		"--profiling=false",
-	); err != nil {
+	}
+	if cp.egressConfig != "" {
+		args = append(args, "--egress-selector-config-file="+cp.egressConfig)
+	}
+	if _, err := c.startDaemon("kube-apiserver", "kube-apiserver", args...); err != nil {
 		return err
 	}
+	if err := c.waitReady(ctx, fmt.Sprintf("https://127.0.0.1:%d", cp.port)); err != nil {
+		return err
+	}
+	manager := []string{
+		"--kubeconfig=" + c.dir("controller-manager.kubeconfig"),
+		"--authentication-kubeconfig=" + c.dir("controller-manager.kubeconfig"),
+		"--authorization-kubeconfig=" + c.dir("controller-manager.kubeconfig"),
+		"--bind-address=127.0.0.1",
+		"--leader-elect=false",
+		"--use-service-account-credentials=true",
+		"--service-account-private-key-file=" + filepath.Join(pki, "sa.key"),
+		"--root-ca-file=" + filepath.Join(pki, "ca.crt"),
+		"--cluster-signing-cert-file=" + filepath.Join(pki, "ca.crt"),
+		"--cluster-signing-key-file=" + filepath.Join(pki, "ca.key"),
+		"--service-cluster-ip-range=" + ServiceCIDR,
+		"--profiling=false",
+	}
+	if cp.managerPort != 0 {
+		manager = append(manager, "--secure-port="+strconv.Itoa(cp.managerPort))
+	}
+	if _, err := c.startDaemon("kube-controller-manager", "kube-controller-manager", manager...); err != nil {
+		return err
+	}
+	scheduler := []string{
+		"--kubeconfig=" + c.dir("scheduler.kubeconfig"),
+		"--authentication-kubeconfig=" + c.dir("scheduler.kubeconfig"),
+		"--authorization-kubeconfig=" + c.dir("scheduler.kubeconfig"),
+		"--bind-address=127.0.0.1",
+		"--leader-elect=false",
+		"--profiling=false",
+	}
+	if cp.schedulerPort != 0 {
+		scheduler = append(scheduler, "--secure-port="+strconv.Itoa(cp.schedulerPort))
+	}
+	_, err := c.startDaemon("kube-scheduler", "kube-scheduler", scheduler...)
+	return err
+}
+
+// waitReady waits for /readyz of the API server at url.
+func (c *Cluster) waitReady(ctx context.Context, url string) error {
 	tlsCfg, err := c.adminTLS()
 	if err != nil {
 		return err
 	}
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsCfg}, Timeout: 10 * time.Second}
-	if err := c.waitFor(ctx, "the API server's /readyz", 5*time.Minute, func(ctx context.Context) error {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+c.NodeIP+":6443/readyz", nil)
+	return c.waitFor(ctx, "the API server's /readyz", 5*time.Minute, func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
 		resp, err := hc.Do(req)
 		if err != nil {
 			return err
@@ -648,36 +757,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 			return fmt.Errorf("/readyz: %s: %s", resp.Status, bytes.TrimSpace(body))
 		}
 		return nil
-	}); err != nil {
-		return err
-	}
-	if _, err := c.startDaemon("kube-controller-manager", "kube-controller-manager",
-		"--kubeconfig="+c.dir("controller-manager.kubeconfig"),
-		"--authentication-kubeconfig="+c.dir("controller-manager.kubeconfig"),
-		"--authorization-kubeconfig="+c.dir("controller-manager.kubeconfig"),
-		"--bind-address=127.0.0.1",
-		"--leader-elect=false",
-		"--use-service-account-credentials=true",
-		"--service-account-private-key-file="+filepath.Join(pki, "sa.key"),
-		"--root-ca-file="+filepath.Join(pki, "ca.crt"),
-		"--cluster-signing-cert-file="+filepath.Join(pki, "ca.crt"),
-		"--cluster-signing-key-file="+filepath.Join(pki, "ca.key"),
-		"--service-cluster-ip-range="+ServiceCIDR,
-		"--profiling=false",
-	); err != nil {
-		return err
-	}
-	if _, err := c.startDaemon("kube-scheduler", "kube-scheduler",
-		"--kubeconfig="+c.dir("scheduler.kubeconfig"),
-		"--authentication-kubeconfig="+c.dir("scheduler.kubeconfig"),
-		"--authorization-kubeconfig="+c.dir("scheduler.kubeconfig"),
-		"--bind-address=127.0.0.1",
-		"--leader-elect=false",
-		"--profiling=false",
-	); err != nil {
-		return err
-	}
-	return nil
+	})
 }
 
 func (c *Cluster) adminTLS() (*tls.Config, error) {
@@ -880,6 +960,12 @@ func (c *Cluster) Dump(w io.Writer) {
 			state = fmt.Sprintf("exited: %v", err)
 		}
 		fmt.Fprintf(w, "---- %s (%s), %s ----\n%s\n", d.name, state, d.log, d.tail(16<<10))
+	}
+	if c.hostCP != nil {
+		logs, _ := filepath.Glob(filepath.Join(c.hostCP.dir, "logs", "*.log"))
+		for _, l := range logs {
+			fmt.Fprintf(w, "---- the host's %s ----\n%s\n", l, TailFile(l, 16<<10))
+		}
 	}
 	if c.Kubeconfig != "" {
 		for _, args := range [][]string{

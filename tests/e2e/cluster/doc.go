@@ -19,6 +19,23 @@
 // bin/images/*.tar (make images) instead, and the chart runs them with imagePullPolicy: Never; so do
 // the harness's own busybox and agnhost images in every run.
 //
+// # The control plane on the host
+//
+// With `pillar-lab test -cluster-control-plane` (make e2e-ci does this)
+// etcd, kube-apiserver, kube-controller-manager and kube-scheduler run
+// natively on the host instead (StartHostControlPlane, hostcp.go), and the
+// guest keeps only the node: containerd, the kubelet, kube-proxy and the
+// pods. Emulated, the control plane took most of the guest's two vCPUs
+// (488 of the 673 s of CPU of one cluster start beside the kernel lab),
+// so the pods under test starved and their liveness probes failed. The
+// guest's harness finds the host's plane through ControlPlaneEnv: it
+// issues its node's credentials with that plane's CA, masquerades what
+// leaves through eth0 (the host's network, BootOptions.HostNet), and
+// serves the CONNECT proxy (TLS, clients of the cluster's CA only) that the
+// API server's egress selector uses for logs, exec and port-forward; QEMU
+// forwards a port of the host's loopback to it. A two-guest run keeps the
+// control plane in the main guest: its guests have no host network.
+//
 // # What the guest needs that the plain lab does not give
 //
 // Start prepares the guest the way systemd and a distribution's packaging

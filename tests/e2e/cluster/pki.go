@@ -22,10 +22,9 @@ import (
 // ca is the cluster's one certificate authority: it signs the API
 // server's serving certificate and every client certificate.
 type ca struct {
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	pem    []byte
-	serial int64 // of the last certificate issued
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
 }
 
 func newCA() (*ca, error) {
@@ -50,7 +49,48 @@ func newCA() (*ca, error) {
 	if err != nil {
 		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
-	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), serial: 1}, nil
+	return &ca{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}, nil
+}
+
+// loadCA reads the CA that writeCA wrote into dir: the guest's harness
+// issues its node's certificates with the CA of the control plane the
+// host runs.
+func loadCA(dir string) (*ca, error) {
+	certPEM, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, err
+	}
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("CA in %s: no PEM block", dir)
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("CA certificate in %s: %w", dir, err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("CA key in %s: %w", dir, err)
+	}
+	return &ca{cert: cert, key: key, pem: certPEM}, nil
+}
+
+// writeCA writes the CA's certificate and key into dir as ca.crt and
+// ca.key: the controller manager signs certificate requests with it.
+func (c *ca) writeCA(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), c.pem, 0o644); err != nil {
+		return err
+	}
+	keyPEM, err := c.keyPEM()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "ca.key"), keyPEM, 0o600)
 }
 
 func (c *ca) keyPEM() ([]byte, error) {
@@ -73,9 +113,14 @@ func (c *ca) issue(cn string, orgs []string, hosts []string) (keyPair, error) {
 	if err != nil {
 		return keyPair{}, fmt.Errorf("key for %s: %w", cn, err)
 	}
-	c.serial++
+	// Random serials: the host and the guest both issue certificates
+	// with one CA when the host runs the control plane.
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return keyPair{}, fmt.Errorf("serial for %s: %w", cn, err)
+	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(c.serial),
+		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: cn, Organization: orgs},
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
