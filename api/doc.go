@@ -23,6 +23,9 @@
 //     duration_seconds, peer, volume_id) without its request.
 //   - flagalias: an old flag name kept for one release as a deprecated
 //     alias of the name all three binaries now share for that setting.
+//   - metricsdoc: the reference of a binary's Prometheus metrics
+//     (docs/reference/), written from the collectors it registers by the
+//     generators of pillar-agent and pillar-controller.
 //
 // `go generate ./...` in this directory (make generate) regenerates the
 // deep-copy code, the CRDs and the protobuf code with the pinned tools of
@@ -33,5 +36,6 @@
 // k8s.io/apimachinery for the resource types, google.golang.org/grpc and
 // google.golang.org/protobuf for the agent API. The export, keylock
 // and flagalias packages need only the standard library, logging only
-// grpc besides. api depends on no other pillar-csi module.
+// grpc besides, metricsdoc only Prometheus' client_golang and
+// client_model. api depends on no other pillar-csi module.
 package api

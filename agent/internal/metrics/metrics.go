@@ -48,6 +48,9 @@ type Metrics struct {
 	errors   *prometheus.CounterVec
 	panics   *prometheus.CounterVec
 	ready    prometheus.Gauge
+	// collectors are everything New registered, for the reference
+	// (Collectors).
+	collectors []prometheus.Collector
 }
 
 // New returns the registry with every metric registered.
@@ -72,7 +75,7 @@ func New(cfg Config) *Metrics {
 			Help: "1 while the agent reports ready (nvmet configfs present, fencing directory writable), else 0.",
 		}),
 	}
-	m.reg.MustRegister(m.duration, m.errors, m.panics, m.ready,
+	cs := []prometheus.Collector{m.duration, m.errors, m.panics, m.ready,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -80,24 +83,30 @@ func New(cfg Config) *Metrics {
 			Help:        "Always 1; the labels carry the agent's version and node.",
 			ConstLabels: prometheus.Labels{"version": cfg.Version, "node": cfg.NodeName},
 		}, func() float64 { return 1 }),
-	)
+	}
 	if cfg.Stats != nil {
-		m.reg.MustRegister(statsCollector(cfg.Stats))
+		cs = append(cs, statsCollector(cfg.Stats))
 	}
 	if cfg.ExportsRestored != nil {
-		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "exports_restored_total",
 			Help: "Exports the agent put back after something other than the agent removed them from nvmet (nvmetcli clear, another tool). Any means something else manages nvmet on the node.",
 		}, func() float64 { return float64(cfg.ExportsRestored()) }))
 	}
 	if cfg.CertificateNotAfter != nil {
-		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: Namespace, Name: "tls_certificate_expiry_timestamp_seconds",
 			Help: "When the certificate the agent serves now expires (Unix time); follows rotation.",
 		}, func() float64 { return float64(cfg.CertificateNotAfter().Unix()) }))
 	}
+	m.reg.MustRegister(cs...)
+	m.collectors = cs
 	return m
 }
+
+// Collectors are the collectors New registered, in order: what the
+// metrics reference (docs/reference/metrics.md) is generated from.
+func (m *Metrics) Collectors() []prometheus.Collector { return m.collectors }
 
 // Registry is the agent's registry, for callers that add their own
 // collectors.
@@ -175,3 +184,5 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(volumesDesc, prometheus.GaugeValue, float64(v))
 	ch <- prometheus.MustNewConstMetric(exportsDesc, prometheus.GaugeValue, float64(e))
 }
+
+//go:generate go run ./refgen -o ../../../docs/reference/pillar-agent-metrics.md
