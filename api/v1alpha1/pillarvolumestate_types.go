@@ -172,7 +172,45 @@ type PillarVolumeStateStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// LastFailure is the last CSI call on the volume that failed, kept
+	// until a call of the same operation succeeds: what a claim stuck
+	// Pending, a pod stuck ContainerCreating or a claim stuck Terminating
+	// is waiting for, in `kubectl get pvstate`.
+	// +optional
+	LastFailure *OperationFailure `json:"lastFailure,omitempty"`
 }
+
+// OperationFailure is one failed CSI call.
+type OperationFailure struct {
+	// Operation is the CSI call: CreateVolume, DeleteVolume,
+	// ControllerPublishVolume, ControllerUnpublishVolume or
+	// ControllerExpandVolume.
+	// +kubebuilder:validation:MaxLength=64
+	Operation string `json:"operation"`
+
+	// Code is the gRPC status code it returned, e.g. Unavailable.
+	// +kubebuilder:validation:MaxLength=32
+	Code string `json:"code"`
+
+	// Message is the error it returned, cut to 1024 bytes.
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message"`
+
+	// Time is when it returned.
+	Time metav1.Time `json:"time"`
+}
+
+// Annotations of a PillarVolumeState that name what Kubernetes objects it
+// was created for, when the provisioner says (--extra-create-metadata).
+const (
+	// AnnotationPVCName is the claim's name.
+	AnnotationPVCName = "pillar-csi.io/pvc-name"
+	// AnnotationPVCNamespace is the claim's namespace.
+	AnnotationPVCNamespace = "pillar-csi.io/pvc-namespace"
+	// AnnotationPVName is the PersistentVolume's name.
+	AnnotationPVName = "pillar-csi.io/pv-name"
+)
 
 // PillarVolumeState is pillar-csi's internal, durable record of one volume:
 // provisioning progress, export spec, publications and the fencing
@@ -194,6 +232,11 @@ type PillarVolumeStateStatus struct {
 // +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.spec.publications[*].nodeID`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Export-Missing",type=string,JSONPath=`.status.conditions[?(@.type=="ExportSpecMissing")].status`,priority=1
+// +kubebuilder:printcolumn:name="Claim-Namespace",type=string,JSONPath=`.metadata.annotations.pillar-csi\.io/pvc-namespace`
+// +kubebuilder:printcolumn:name="Claim",type=string,JSONPath=`.metadata.annotations.pillar-csi\.io/pvc-name`
+// +kubebuilder:printcolumn:name="Failed",type=string,JSONPath=`.status.lastFailure.operation`
+// +kubebuilder:printcolumn:name="Error",type=string,JSONPath=`.status.lastFailure.code`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.lastFailure.message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PillarVolumeState struct {
 	metav1.TypeMeta   `json:",inline"`

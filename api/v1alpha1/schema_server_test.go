@@ -142,10 +142,12 @@ func TestPublicationGenerationCannotBeRemoved(t *testing.T) {
 func TestPrinterColumns(t *testing.T) {
 	c := ctx(t)
 	vs := volumeState("columns-volume")
+	vs.Annotations = map[string]string{v1alpha1.AnnotationPVCNamespace: "team-a", v1alpha1.AnnotationPVCName: "data"}
 	if err := k8s.Create(c, vs, strict); err != nil {
 		t.Fatal(err)
 	}
 	vs.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Exported", Message: "ok", LastTransitionTime: metav1.Now()}}
+	vs.Status.LastFailure = &v1alpha1.OperationFailure{Operation: "ControllerPublishVolume", Code: "Unavailable", Message: "agent storage-1 unreachable", Time: metav1.Now()}
 	if err := k8s.Status().Update(c, vs); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +190,7 @@ func TestPrinterColumns(t *testing.T) {
 		"pillarstores":         {"Name", "Agent", "Type", "Pool", "VG", "Total", "Available", "Ready", "Reason", "Age"},
 		"pillarprotocols":      {"Name", "Type", "Address", "Port", "ACL", "Classes", "Ready", "Age"},
 		"pillarstorageclasses": {"Name", "Store", "Protocol", "FSType", "Reclaim", "StorageClass", "Ready", "Reason", "Age"},
-		"pillarvolumestates":   {"Name", "Store", "Protocol", "Capacity", "Generation", "Nodes", "Ready", "Export-Missing", "Age"},
+		"pillarvolumestates":   {"Name", "Store", "Protocol", "Capacity", "Generation", "Nodes", "Ready", "Export-Missing", "Claim-Namespace", "Claim", "Failed", "Error", "Message", "Age"},
 	} {
 		if got := columns(get("/apis/pillar-csi.io/v1alpha1/" + resource)); !slices.Equal(got, want) {
 			t.Errorf("%s columns = %v, want %v", resource, got, want)
@@ -206,6 +208,8 @@ func TestPrinterColumns(t *testing.T) {
 	for col, want := range map[string]any{
 		"Name": "columns-volume", "Store": "zfs-tank", "Protocol": "nvmeof",
 		"Capacity": float64(1 << 30), "Generation": float64(1), "Nodes": "worker-1", "Ready": "True",
+		"Claim-Namespace": "team-a", "Claim": "data", "Failed": "ControllerPublishVolume", "Error": "Unavailable",
+		"Message": "agent storage-1 unreachable",
 	} {
 		if row[col] != want {
 			t.Errorf("column %s = %#v, want %#v", col, row[col], want)

@@ -30,15 +30,15 @@ const (
 // Annotations on a PillarVolumeState naming the claim it was created for,
 // for operators.
 const (
-	AnnotationPVCName      = "pillar-csi.io/pvc-name"
-	AnnotationPVCNamespace = "pillar-csi.io/pvc-namespace"
+	AnnotationPVCName      = v1alpha1.AnnotationPVCName
+	AnnotationPVCNamespace = v1alpha1.AnnotationPVCNamespace
 )
 
-// CreateVolume writes the volume's record first, then has the agent create
+// createVolume writes the volume's record first, then has the agent create
 // the backend volume and export it, recording each step as the agent
 // confirms it, so that a retry after a crash at any point resumes from the
 // record instead of leaving an orphan.
-func (s *Service) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
+func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest) (*csi.CreateVolumeResponse, error) {
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
 	}

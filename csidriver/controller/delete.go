@@ -18,11 +18,11 @@ import (
 	"github.com/pillar-csi/pillar-csi/csidriver/driver"
 )
 
-// DeleteVolume removes the export, then has the agent delete the backend
+// deleteVolume removes the export, then has the agent delete the backend
 // volume, which ends the volume's lifecycle in the agent's fencing mark;
 // only after the agent accepted that is the record let go. An unknown
 // volume is success.
-func (s *Service) DeleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
+func (s *Service) deleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest) (*csi.DeleteVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")

@@ -11,10 +11,10 @@ import (
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
-// ControllerExpandVolume records the new size, then has the agent grow the
+// controllerExpandVolume records the new size, then has the agent grow the
 // backend volume (nvmet re-reads the size, so connected initiators see
 // it); a filesystem volume then needs NodeExpandVolume.
-func (s *Service) ControllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
+func (s *Service) controllerExpandVolume(ctx context.Context, req *csi.ControllerExpandVolumeRequest) (*csi.ControllerExpandVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")

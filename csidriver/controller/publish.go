@@ -14,10 +14,10 @@ import (
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
-// ControllerPublishVolume grants a node access: the publication is recorded
+// controllerPublishVolume grants a node access: the publication is recorded
 // on the PillarVolumeState first (where it enforces the access mode's
 // exclusivity), then the node's host NQN is allowed on the subsystem.
-func (s *Service) ControllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
+func (s *Service) controllerPublishVolume(ctx context.Context, req *csi.ControllerPublishVolumeRequest) (*csi.ControllerPublishVolumeResponse, error) {
 	id := req.GetVolumeId()
 	want, node, err := publicationOf(req)
 	if err != nil {
@@ -89,10 +89,10 @@ func (s *Service) ownHostNQN(ctx context.Context, id string, node export.NodeID)
 	return sharedHostNQN(id, node, nodes.Items)
 }
 
-// ControllerUnpublishVolume revokes a node's access: its host NQN is denied
+// controllerUnpublishVolume revokes a node's access: its host NQN is denied
 // first, then the publication is removed from the record. A volume or
 // publication that does not exist is success.
-func (s *Service) ControllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
+func (s *Service) controllerUnpublishVolume(ctx context.Context, req *csi.ControllerUnpublishVolumeRequest) (*csi.ControllerUnpublishVolumeResponse, error) {
 	id := req.GetVolumeId()
 	if id == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume ID is required")

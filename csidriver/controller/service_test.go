@@ -732,3 +732,61 @@ func eventuallyGone(t *testing.T, o client.Object) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// The record keeps the last failed call until the same operation
+// succeeds: `kubectl get pvstate` says what a stuck claim waits for.
+func TestLastFailure(t *testing.T) {
+	needServer(t)
+	ctx := context.Background()
+	s := newService(t)
+	id := uniq("pvc-lastfailure")
+
+	long := "injected: the pool is busy " + strings.Repeat("x", 4000)
+	agent.FailNext("ExportVolume", status.Error(codes.Unavailable, long))
+	_, err := s.CreateVolume(ctx, createReq(id, 8<<20))
+	wantCode(t, "CreateVolume with a failing export", err, codes.Unavailable, "injected")
+	lf := record(t, id).Status.LastFailure
+	if lf == nil || lf.Operation != "CreateVolume" || lf.Code != "Unavailable" || !strings.Contains(lf.Message, "injected: the pool is busy") || lf.Time.IsZero() {
+		t.Fatalf("lastFailure after a failed CreateVolume = %+v", lf)
+	}
+	if len(lf.Message) > 1024 || !strings.HasSuffix(lf.Message, "...") {
+		t.Errorf("a %d-byte error kept as %d bytes (want at most 1024, cut with ...)", len(long), len(lf.Message))
+	}
+
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if lf := record(t, id).Status.LastFailure; lf != nil {
+		t.Errorf("lastFailure after CreateVolume succeeded = %+v, want none", lf)
+	}
+
+	grow := &csi.ControllerExpandVolumeRequest{VolumeId: id, CapacityRange: &csi.CapacityRange{RequiredBytes: 16 << 20}, VolumeCapability: rwo}
+	agent.FailNext("ExpandVolume", status.Error(codes.ResourceExhausted, "injected: no space"))
+	_, err = s.ControllerExpandVolume(ctx, grow)
+	wantCode(t, "expansion with a full pool", err, codes.ResourceExhausted)
+	// Another operation's success leaves the failure in place.
+	if _, err := s.CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if lf := record(t, id).Status.LastFailure; lf == nil || lf.Operation != "ControllerExpandVolume" || lf.Code != "ResourceExhausted" {
+		t.Fatalf("lastFailure after a failed expansion and another CreateVolume = %+v", lf)
+	}
+	if _, err := s.ControllerExpandVolume(ctx, grow); err != nil {
+		t.Fatal(err)
+	}
+	if lf := record(t, id).Status.LastFailure; lf != nil {
+		t.Errorf("lastFailure after the expansion succeeded = %+v, want none", lf)
+	}
+
+	// A call for a volume without a record leaves nothing behind, and a
+	// refused one (ABORTED: another call runs) records nothing.
+	_, err = s.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-none", CapacityRange: &csi.CapacityRange{RequiredBytes: 1}})
+	wantCode(t, "expand of an unknown volume", err, codes.NotFound)
+	unlock := controller.LockVolume(t, s, id)
+	_, err = s.ControllerExpandVolume(ctx, grow)
+	unlock()
+	wantCode(t, "expansion while another call runs", err, codes.Aborted)
+	if lf := record(t, id).Status.LastFailure; lf != nil {
+		t.Errorf("lastFailure after an ABORTED call = %+v, want none", lf)
+	}
+}

@@ -21,7 +21,7 @@ import (
 
 // AnnotationPVName names the PersistentVolume a volume was created for
 // (the external-provisioner's csi.storage.k8s.io/pv/name).
-const AnnotationPVName = "pillar-csi.io/pv-name"
+const AnnotationPVName = v1alpha1.AnnotationPVName
 
 // DefaultAbandonAfter is how long a volume whose CreateVolume never
 // completed may wait for its claim before it is rolled back.
