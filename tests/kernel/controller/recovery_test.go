@@ -149,50 +149,26 @@ func TestCSIAgentKilledMidCreate(t *testing.T) {
 	}
 }
 
+// killAttempts bounds the tries to land the kill inside CreateVolume: on a
+// loaded guest the poller can miss the window (tens of milliseconds for an
+// export), and a CreateVolume that finishes first proves nothing, so the
+// test deletes that volume and tries again with another name.
+const killAttempts = 5
+
 func killedMidCreate(t *testing.T, s *stack, st *store, what string, seen func(id, nqn string) bool, interval time.Duration) {
 	sw := newStopwatch(t)
-	id := "pvc-kill-" + fixture.RandomHex(t, 4)
-	v := s.track(st, id)
-	req := s.createRequest(st, id, volumeSize)
-	type result struct {
-		resp *csi.CreateVolumeResponse
-		err  error
-		took time.Duration
-	}
-	first := make(chan result, 1)
-	began := time.Now()
-	go func() {
-		resp, err := s.ctrl.CreateVolume(csiCtx(t), req)
-		first <- result{resp, err, time.Since(began)}
-	}()
-	var reached time.Duration
-	var early *result
-	for reached == 0 && early == nil && time.Since(began) < time.Minute {
-		if seen(id, v.nqn) {
-			reached = time.Since(began)
+	var v *volume
+	var req *csi.CreateVolumeRequest
+	for attempt := 1; ; attempt++ {
+		v = s.track(st, "pvc-kill-"+fixture.RandomHex(t, 4))
+		req = s.createRequest(st, v.id, volumeSize)
+		if killDuringCreate(t, s, v, req, what, seen, interval) {
 			break
 		}
-		select {
-		case r := <-first:
-			early = &r
-		case <-time.After(interval):
+		if attempt == killAttempts {
+			t.Fatalf("CreateVolume finished before %s in all %d attempts: the kill never landed", what, killAttempts)
 		}
 	}
-	s.agent.kill()
-	killed := time.Since(began)
-	switch {
-	case early != nil:
-		t.Errorf("CreateVolume returned (%v) after %v, before %s and the agent was killed: the kill proved nothing", early.err, early.took, what)
-	case reached == 0:
-		t.Logf("%s did not happen in a minute; the agent was killed anyway", what)
-	default:
-		t.Logf("%s %v after CreateVolume began; agent SIGKILLed at %v", what, reached.Round(time.Millisecond), killed.Round(time.Millisecond))
-	}
-	if early == nil {
-		r := <-first
-		early = &r
-	}
-	t.Logf("the interrupted CreateVolume returned after %v: %v (%v)", early.took.Round(time.Millisecond), codeOf(early.err), early.err)
 	t.Logf("left behind: backend volumes %v; subsystem %s", st.backendVolumes(t), describeSubsystem(v.nqn))
 	sw.step("CreateVolume with the agent SIGKILLed in flight")
 	if pvs, err := v.state(t); err == nil {
@@ -220,8 +196,8 @@ func killedMidCreate(t *testing.T, s *stack, st *store, what string, seen func(i
 	v.accept(resp)
 	sw.step("retried CreateVolume until it succeeded")
 
-	if ids := st.backendVolumes(t); len(ids) != 1 || ids[0] != id {
-		t.Errorf("after the retried CreateVolume the ZFS store has volumes %v, want exactly [%s]", ids, id)
+	if ids := st.backendVolumes(t); len(ids) != 1 || ids[0] != v.id {
+		t.Errorf("after the retried CreateVolume the ZFS store has volumes %v, want exactly [%s]", ids, v.id)
 	}
 	pvs, err := v.state(t)
 	if err != nil {
@@ -243,6 +219,59 @@ func killedMidCreate(t *testing.T, s *stack, st *store, what string, seen func(i
 	}
 	sw.step("DeleteVolume, nothing left")
 	sw.summary("agent killed mid-CreateVolume when " + what)
+}
+
+// killDuringCreate starts CreateVolume for v, polls seen every interval,
+// and SIGKILLs the agent as soon as it holds (or after a minute). It
+// returns false, with the agent alive and the volume deleted, when
+// CreateVolume succeeded before seen held: the caller tries again.
+func killDuringCreate(t *testing.T, s *stack, v *volume, req *csi.CreateVolumeRequest, what string, seen func(id, nqn string) bool, interval time.Duration) bool {
+	type result struct {
+		resp *csi.CreateVolumeResponse
+		err  error
+		took time.Duration
+	}
+	first := make(chan result, 1)
+	began := time.Now()
+	go func() {
+		resp, err := s.ctrl.CreateVolume(csiCtx(t), req)
+		first <- result{resp, err, time.Since(began)}
+	}()
+	var reached time.Duration
+	var early *result
+	for reached == 0 && early == nil && time.Since(began) < time.Minute {
+		if seen(v.id, v.nqn) {
+			reached = time.Since(began)
+			break
+		}
+		select {
+		case r := <-first:
+			early = &r
+		case <-time.After(interval):
+		}
+	}
+	if early != nil && early.err == nil {
+		t.Logf("CreateVolume %s succeeded after %v, before %s was seen: deleting it and trying again", v.id, early.took.Round(time.Millisecond), what)
+		v.accept(early.resp)
+		v.delete()
+		return false
+	}
+	s.agent.kill()
+	killed := time.Since(began)
+	switch {
+	case early != nil:
+		t.Errorf("CreateVolume failed (%v) after %v, before %s and before the agent was killed", early.err, early.took, what)
+	case reached == 0:
+		t.Logf("%s did not happen in a minute; the agent was killed anyway", what)
+	default:
+		t.Logf("%s %v after CreateVolume began; agent SIGKILLed at %v", what, reached.Round(time.Millisecond), killed.Round(time.Millisecond))
+	}
+	if early == nil {
+		r := <-first
+		early = &r
+	}
+	t.Logf("the interrupted CreateVolume returned after %v: %v (%v)", early.took.Round(time.Millisecond), codeOf(early.err), early.err)
+	return true
 }
 
 // recovery is what watchRecovery saw, measured from the agent's restart.
