@@ -189,7 +189,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 			return nil, s.agentError(v, "CreateVolume", err)
 		}
 		v.Status.BackendCreated, v.Status.CapacityBytes = true, resp.GetVolume().GetCapacityBytes()
-		if err := s.writeStatus(ctx, v, "BackendCreated", "the backend volume exists"); err != nil {
+		if err := s.writeStatus(ctx, v, v1alpha1.ReasonBackendCreated, "the backend volume exists"); err != nil {
 			return nil, err
 		}
 		s.storeChanged(v.Spec.StoreName)
@@ -223,10 +223,10 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 			return nil, s.agentError(v, "ExportVolume", err)
 		}
 		v.Status.Exported = true
-		if err := s.writeStatus(ctx, v, "Exported", "provisioned and exported"); err != nil {
+		if err := s.writeStatus(ctx, v, v1alpha1.ReasonExported, "provisioned and exported"); err != nil {
 			return nil, err
 		}
-		s.event(v, corev1.EventTypeNormal, "Provisioned", "%d bytes in store %s, exported as %s on %s:%d (host ACLs %v)",
+		s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonProvisioned, "%d bytes in store %s, exported as %s on %s:%d (host ACLs %v)",
 			v.Status.CapacityBytes, v.Spec.StoreName, subsystemNQN(v), e.BindAddress, e.Port, *e.ACLEnabled)
 	}
 	return v, nil

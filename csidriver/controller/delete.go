@@ -75,7 +75,7 @@ func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) e
 			return s.agentError(v, "UnexportVolume", err)
 		}
 		v.Status.Exported = false
-		if err := s.writeStatus(ctx, v, "Unexported", "being deleted: the export is removed"); err != nil {
+		if err := s.writeStatus(ctx, v, v1alpha1.ReasonUnexported, "being deleted: the export is removed"); err != nil {
 			return err
 		}
 	}

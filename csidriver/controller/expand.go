@@ -59,7 +59,7 @@ func (s *Service) controllerExpandVolume(ctx context.Context, req *csi.Controlle
 		v.Status.CapacityBytes = resp.GetVolume().GetCapacityBytes()
 		got = v.Status.CapacityBytes
 		s.storeChanged(v.Spec.StoreName)
-		return s.writeStatus(ctx, v, "Expanded", "expanded")
+		return s.writeStatus(ctx, v, v1alpha1.ReasonExpanded, "expanded")
 	})
 	if err != nil {
 		return nil, err

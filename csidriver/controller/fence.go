@@ -82,7 +82,7 @@ func (s *Service) agentError(v *v1alpha1.PillarVolumeState, what string, err err
 		s.log.Warn("refused by the agent's fencing", "volume_id", v.Name, "call", what, "reason", rej.GetReason().String(),
 			"presented_uid", rej.GetPresented().GetLifecycleUid(), "presented_generation", rej.GetPresented().GetPublicationGeneration(),
 			"record_uid", string(v.UID))
-		s.event(v, corev1.EventTypeWarning, "FencingRefused", "%s", status.Convert(mapped).Message())
+		s.event(v, corev1.EventTypeWarning, v1alpha1.ReasonFencingRefused, "%s", status.Convert(mapped).Message())
 	}
 	return mapped
 }

@@ -117,7 +117,7 @@ func (s *Service) storeOf(ctx context.Context, name v1alpha1.ObjectName) (*v1alp
 		}
 		return nil, nil, nil, status.Errorf(codes.Unavailable, "reading PillarAgent %q: %v", st.Spec.AgentName, err)
 	}
-	if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == reconcile.ReasonMarksStoreChanged {
+	if c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.Reason == v1alpha1.ReasonMarksStoreChanged {
 		return nil, nil, nil, status.Errorf(codes.FailedPrecondition, "PillarAgent %q of store %q lost its fencing marks: %s", a.Name, name, c.Message)
 	}
 	conn, err := s.cfg.Connector.Connect(ctx, &a)

@@ -92,7 +92,7 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	defer unlock()
-	r.event(v, corev1.EventTypeWarning, "ProvisioningAbandoned", "CreateVolume never completed and %s: rolling the volume back", why)
+	r.event(v, corev1.EventTypeWarning, v1alpha1.ReasonProvisioningAbandoned, "CreateVolume never completed and %s: rolling the volume back", why)
 	if err := s.cfg.Client.Delete(ctx, v); client404(err) != nil {
 		return ctrl.Result{}, err
 	}
@@ -112,10 +112,10 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // exportSpec keeps the ExportSpecMissing condition true to the spec.
 func (r *VolumeStateReconciler) exportSpec(ctx context.Context, v *v1alpha1.PillarVolumeState) error {
 	missing := v.Spec.Export == nil
-	c := metav1.Condition{Type: v1alpha1.ConditionExportSpecMissing, Status: metav1.ConditionFalse, Reason: "ExportSpecStated",
+	c := metav1.Condition{Type: v1alpha1.ConditionExportSpecMissing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonExportSpecStated,
 		Message: "the export spec is recorded", ObservedGeneration: v.Generation}
 	if missing {
-		c.Status, c.Reason = metav1.ConditionTrue, "ExportSpecMissing"
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonExportSpecMissing
 		c.Message = fmt.Sprintf("this volume's record has no spec.export (it was created by a release that did not record it); pillar-controller never guesses "+
 			"bindAddress, port and aclEnabled: state them as %s, and the volume resumes", recoveryDoc)
 	}
@@ -131,9 +131,9 @@ func (r *VolumeStateReconciler) exportSpec(ctx context.Context, v *v1alpha1.Pill
 		return err
 	}
 	if missing {
-		r.event(v, corev1.EventTypeWarning, "ExportSpecMissing", "%s", c.Message)
+		r.event(v, corev1.EventTypeWarning, v1alpha1.ReasonExportSpecMissing, "%s", c.Message)
 	} else {
-		r.event(v, corev1.EventTypeNormal, "ExportSpecStated", "the export spec is recorded: the volume resumes")
+		r.event(v, corev1.EventTypeNormal, v1alpha1.ReasonExportSpecStated, "the export spec is recorded: the volume resumes")
 	}
 	return nil
 }

@@ -25,8 +25,8 @@ func TestImmutableFields(t *testing.T) {
 	a := agentObj("agent-i", "storage-i", "127.0.0.1", fa.Port())
 	s := zfsStore("store-i", "agent-i", "tank")
 	mustCreate(t, a, s)
-	waitReady(t, s, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, s, metav1.ConditionTrue, v1alpha1.ReasonStoreAvailable, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 
 	changed := s.DeepCopy()
 	changed.Spec.ZFS.Pool = "other"
@@ -62,8 +62,8 @@ func TestImmutableFields(t *testing.T) {
 	if err := admin.Update(ctx, agentChanged); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, agentChanged, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
-	waitReady(t, changed, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
+	waitReady(t, agentChanged, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
+	waitReady(t, changed, metav1.ConditionTrue, v1alpha1.ReasonStoreAvailable, quick)
 	var st v1alpha1.PillarStore
 	get(t, "store-i", &st)
 	wantContains(t, "accepted-spec annotation", st.Annotations[reconcile.AcceptedSpecAnnotation], `"spec.zfs.pool":"tank"`)

@@ -41,7 +41,7 @@ func TestAgentLifecycle(t *testing.T) {
 	mustCreate(t, a)
 
 	// Reached through the Node's InternalIP.
-	c := waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	c := waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 	wantContains(t, "Ready message", c.Message, "v9.9.9", "storage-a", fa.Addr())
 	if a.Status.Endpoint != fa.Addr() || a.Status.AgentVersion != "v9.9.9" || a.Status.InstanceID != fa.InstanceID() || a.Status.BootID != fa.BootID() {
 		t.Errorf("status = %+v, want endpoint %s, version v9.9.9, instance %s, boot %s", a.Status, fa.Addr(), fa.InstanceID(), fa.BootID())
@@ -56,10 +56,10 @@ func TestAgentLifecycle(t *testing.T) {
 	// A crashed agent is noticed by the health watch within seconds.
 	start := time.Now()
 	fa.Stop()
-	c = waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonUnreachable, noticeLoss)
+	c = waitReady(t, a, metav1.ConditionFalse, v1alpha1.ReasonUnreachable, noticeLoss)
 	t.Logf("agent loss noticed after %v", time.Since(start).Round(10*time.Millisecond))
 	wantContains(t, "Unreachable message", c.Message, fa.Addr(), "pillar-agent")
-	waitEvent(t, "agent-a", reconcile.ReasonUnreachable, quick)
+	waitEvent(t, "agent-a", v1alpha1.ReasonUnreachable, quick)
 
 	// It comes back as a new instance: Ready again, the restart noticed and
 	// signalled, the same boot.
@@ -67,7 +67,7 @@ func TestAgentLifecycle(t *testing.T) {
 	if err := fa.Restart(false); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 	eventually(t, quick, func() error {
 		get(t, "agent-a", a)
 		if a.Status.InstanceID == oldInstance || a.Status.InstanceID != fa.InstanceID() {
@@ -92,16 +92,16 @@ func TestAgentLifecycle(t *testing.T) {
 
 	// NOT_SERVING from the health service.
 	fa.SetServing(false)
-	waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonNotServing, quick)
+	waitReady(t, a, metav1.ConditionFalse, v1alpha1.ReasonNotServing, quick)
 	fa.SetServing(true)
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 
 	// nvmet gone (the refresh sees it).
 	fa.SetCapabilities(agentv1.Capability_CAPABILITY_BACKEND_ZFS)
-	c = waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonNvmetMissing, quick)
+	c = waitReady(t, a, metav1.ConditionFalse, v1alpha1.ReasonNvmetMissing, quick)
 	wantContains(t, "NvmetMissing message", c.Message, "nvmet_tcp")
 	fa.SetCapabilities(agentv1.Capability_CAPABILITY_BACKEND_ZFS, agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP)
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 
 	// The agent put back exports something else removed: announced once
 	// the refresh sees the count grow.
@@ -114,7 +114,7 @@ func TestAgentLifecycle(t *testing.T) {
 	if err := admin.Patch(ctx, a, patch); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 
 	deleteAndWait(t, a)
 }
@@ -132,9 +132,9 @@ func TestAgentMisconfigured(t *testing.T) {
 		says   []string
 	}{
 		{agentObj("agent-no-node", "missing-node", "", fa.Port()), "NodeNotFound", []string{`"missing-node"`, "spec.address"}},
-		{agentObj("agent-other-node", "some-other-node", "127.0.0.1", fa.Port()), reconcile.ReasonNodeMismatch, []string{`"storage-m"`, `"some-other-node"`}},
-		{agentObj("agent-closed-port", "", "127.0.0.1", 1), reconcile.ReasonUnreachable, []string{"127.0.0.1:1"}},
-		{agentObj("agent-other-token", "", "127.0.0.1", locked.Port()), reconcile.ReasonUnauthenticated, []string{"-agent-token-file", "-token-dir", "agent-token"}},
+		{agentObj("agent-other-node", "some-other-node", "127.0.0.1", fa.Port()), v1alpha1.ReasonNodeMismatch, []string{`"storage-m"`, `"some-other-node"`}},
+		{agentObj("agent-closed-port", "", "127.0.0.1", 1), v1alpha1.ReasonUnreachable, []string{"127.0.0.1:1"}},
+		{agentObj("agent-other-token", "", "127.0.0.1", locked.Port()), v1alpha1.ReasonUnauthenticated, []string{"-agent-token-file", "-token-dir", "agent-token"}},
 	}
 	for _, c := range cases {
 		mustCreate(t, c.obj)
@@ -163,23 +163,23 @@ func TestStoreCapacity(t *testing.T) {
 
 	// The agent does not exist yet.
 	mustCreate(t, s)
-	c := waitReady(t, s, metav1.ConditionFalse, reconcile.ReasonAgentNotFound, quick)
+	c := waitReady(t, s, metav1.ConditionFalse, v1alpha1.ReasonAgentNotFound, quick)
 	wantContains(t, "message", c.Message, `"agent-s"`)
 
 	// It does, but the pool does not.
 	mustCreate(t, a, lv)
-	c = waitReady(t, s, metav1.ConditionFalse, reconcile.ReasonPoolMissing, quick)
+	c = waitReady(t, s, metav1.ConditionFalse, v1alpha1.ReasonPoolMissing, quick)
 	wantContains(t, "message", c.Message, "tank", "zpool")
 
 	// The pool appears: capacity in status.
 	fa.SetStore("tank", fakeagent.Capacity{Total: 10 << 30, Available: 6 << 30})
 	fa.SetStore("vg0", fakeagent.Capacity{Total: 4 << 30, Available: 12 << 30})
-	c = waitReady(t, s, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
+	c = waitReady(t, s, metav1.ConditionTrue, v1alpha1.ReasonStoreAvailable, quick)
 	wantContains(t, "message", c.Message, "6.0 GiB of 10.0 GiB", "zfs tank/pillar")
 	if got := s.Status.Capacity; got == nil || got.TotalBytes != 10<<30 || got.AvailableBytes != 6<<30 {
 		t.Errorf("capacity = %+v, want 10 GiB / 6 GiB", got)
 	}
-	waitReady(t, lv, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
+	waitReady(t, lv, metav1.ConditionTrue, v1alpha1.ReasonStoreAvailable, quick)
 	if got := lv.Status.Capacity; got == nil || got.AvailableBytes != 12<<30 {
 		t.Errorf("thin capacity = %+v, want 12 GiB available (overcommitted)", got)
 	}
@@ -187,14 +187,14 @@ func TestStoreCapacity(t *testing.T) {
 	// The thin pool's zeroing is turned off on the node: refused with a
 	// reason of its own until the PillarStore accepts the risk.
 	fa.SetStore("vg0", fakeagent.Capacity{Total: 4 << 30, Available: 12 << 30, UnzeroedThinPool: true})
-	c = waitReady(t, lv, metav1.ConditionFalse, reconcile.ReasonThinPoolNotZeroing, quick)
+	c = waitReady(t, lv, metav1.ConditionFalse, v1alpha1.ReasonThinPoolNotZeroing, quick)
 	wantContains(t, "message", c.Message, "does not zero", "lvchange --zero y vg0/thin", "spec.lvm.allowUnzeroedThinPool")
 	patchLV := client.MergeFrom(lv.DeepCopy())
 	lv.Spec.LVM.AllowUnzeroedThinPool = true
 	if err := admin.Patch(context.Background(), lv, patchLV); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, lv, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
+	waitReady(t, lv, metav1.ConditionTrue, v1alpha1.ReasonStoreAvailable, quick)
 
 	// Capacity changes are picked up by the refresh.
 	fa.SetStore("tank", fakeagent.Capacity{Total: 10 << 30, Available: 5 << 30})
@@ -208,19 +208,19 @@ func TestStoreCapacity(t *testing.T) {
 
 	// The backend's tools are missing on the node.
 	fa.SetStore("tank", fakeagent.Capacity{Err: status.Error(codes.Unimplemented, "zfs: executable file not found in $PATH")})
-	c = waitReady(t, s, metav1.ConditionFalse, reconcile.ReasonBackendMissing, quick)
+	c = waitReady(t, s, metav1.ConditionFalse, v1alpha1.ReasonBackendToolsMissing, quick)
 	wantContains(t, "message", c.Message, "zfs: executable file not found", "install the ZFS tools")
 
 	// The agent goes away: the store follows the agent.
 	fa.SetStore("tank", fakeagent.Capacity{Total: 10 << 30, Available: 5 << 30})
-	waitReady(t, s, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
+	waitReady(t, s, metav1.ConditionTrue, v1alpha1.ReasonStoreAvailable, quick)
 	fa.Stop()
-	c = waitReady(t, s, metav1.ConditionFalse, reconcile.ReasonAgentNotReady, quick)
+	c = waitReady(t, s, metav1.ConditionFalse, v1alpha1.ReasonAgentNotReady, quick)
 	wantContains(t, "message", c.Message, `"agent-s"`, "Unreachable")
 	if err := fa.Restart(false); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, s, metav1.ConditionTrue, reconcile.ReasonStoreAvailable, quick)
+	waitReady(t, s, metav1.ConditionTrue, v1alpha1.ReasonStoreAvailable, quick)
 
 	deleteAndWait(t, s, lv, a)
 }
@@ -237,11 +237,11 @@ func TestStorageClass(t *testing.T) {
 	// The class first: the StorageClass is created at once, Ready waits for
 	// the store and protocol.
 	mustCreate(t, psc)
-	c := waitReady(t, psc, metav1.ConditionFalse, reconcile.ReasonStoreNotFound, quick)
+	c := waitReady(t, psc, metav1.ConditionFalse, v1alpha1.ReasonStoreNotFound, quick)
 	wantContains(t, "message", c.Message, `"store-c"`)
 	waitEvent(t, "fast", "StorageClassCreated", quick)
 	mustCreate(t, a, s, p)
-	waitReady(t, psc, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	waitReady(t, psc, metav1.ConditionTrue, v1alpha1.ReasonInSync, quick)
 	if psc.Status.StorageClassName != "fast" || !slices.Contains(psc.Finalizers, reconcile.Finalizer) {
 		t.Errorf("status %+v, finalizers %v", psc.Status, psc.Finalizers)
 	}
@@ -256,7 +256,7 @@ func TestStorageClass(t *testing.T) {
 	}
 
 	// The protocol lists the class.
-	waitReady(t, p, metav1.ConditionTrue, reconcile.ReasonProtocolAccepted, quick)
+	waitReady(t, p, metav1.ConditionTrue, v1alpha1.ReasonProtocolAccepted, quick)
 	eventually(t, quick, func() error {
 		get(t, "proto-c", p)
 		if !slices.Equal(p.Status.StorageClasses, []string{"fast"}) {
@@ -319,7 +319,7 @@ func TestStorageClass(t *testing.T) {
 	mustCreate(t, foreign)
 	taken := classObj("taken", "store-c", "proto-c")
 	mustCreate(t, taken)
-	c = waitReady(t, taken, metav1.ConditionFalse, reconcile.ReasonConflict, quick)
+	c = waitReady(t, taken, metav1.ConditionFalse, v1alpha1.ReasonConflict, quick)
 	wantContains(t, "message", c.Message, `StorageClass "taken"`, "not created by this PillarStorageClass")
 	get(t, "taken", foreign)
 	if foreign.Provisioner != "example.com/other" || len(foreign.OwnerReferences) != 0 {
@@ -331,7 +331,7 @@ func TestStorageClass(t *testing.T) {
 
 	// The store becomes unready: so does the class.
 	fa.SetStore("tank", fakeagent.Capacity{Err: status.Error(codes.FailedPrecondition, "pool tank is gone")})
-	c = waitReady(t, psc, metav1.ConditionFalse, reconcile.ReasonStoreNotReady, quick)
+	c = waitReady(t, psc, metav1.ConditionFalse, v1alpha1.ReasonStoreNotReady, quick)
 	wantContains(t, "message", c.Message, `"store-c"`, "pool tank is gone")
 
 	// Deleting the class deletes its StorageClass.
@@ -357,7 +357,7 @@ func TestProtocolValidation(t *testing.T) {
 	p := protocolObj("proto-v6", "2001:db8::10")
 	p.Spec.NVMeOFTCP.ACLEnabled = ptr.To(false)
 	mustCreate(t, p)
-	c := waitReady(t, p, metav1.ConditionTrue, reconcile.ReasonProtocolAccepted, quick)
+	c := waitReady(t, p, metav1.ConditionTrue, v1alpha1.ReasonProtocolAccepted, quick)
 	wantContains(t, "message", c.Message, "2001:db8::10 port 4420", "any host")
 	deleteAndWait(t, p)
 }
@@ -368,7 +368,7 @@ func TestMetrics(t *testing.T) {
 	fa := startAgent(t, fakeagent.Options{NodeName: "storage-x", Version: "v1"})
 	a := agentObj("agent-metrics", "", "127.0.0.1", fa.Port())
 	mustCreate(t, a)
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 	eventually(t, quick, func() error {
 		resp, err := http.Get(metricsURL)
 		if err != nil {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
-	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
 )
 
 // eventually retries f every 100 ms until it returns nil or d passes, then
@@ -225,7 +224,7 @@ func newVolumeSetup(t *testing.T, name, addr string, prepare ...func(*fakeagent.
 	v := &volumeSetup{fa: fa, agent: agentObj("agent-"+name, "", "127.0.0.1", fa.Port()), store: zfsStore("store-"+name, "agent-"+name, "tank"),
 		proto: protocolObj("proto-"+name, addr), class: classObj("class-"+name, "store-"+name, "proto-"+name)}
 	mustCreate(t, v.agent, v.store, v.proto, v.class)
-	waitReady(t, v.class, metav1.ConditionTrue, reconcile.ReasonInSync, quick)
+	waitReady(t, v.class, metav1.ConditionTrue, v1alpha1.ReasonInSync, quick)
 	var sc storagev1.StorageClass
 	get(t, v.class.Name, &sc)
 	v.params = sc.Parameters

@@ -52,11 +52,11 @@ func TestStoreAndAgentWaitForTheirVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := waitReady(t, s, metav1.ConditionFalse, reconcile.ReasonInUse, quick)
+	c := waitReady(t, s, metav1.ConditionFalse, v1alpha1.ReasonDeletionWaitsForVolumes, quick)
 	wantContains(t, "the store's condition", c.Message, "pvc-inuse-1", "1 still do")
-	c = waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonInUse, quick)
+	c = waitReady(t, a, metav1.ConditionFalse, v1alpha1.ReasonDeletionWaitsForVolumes, quick)
 	wantContains(t, "the agent's condition", c.Message, "pvc-inuse-1")
-	waitEvent(t, "store-inuse", reconcile.ReasonInUse, quick)
+	waitEvent(t, "store-inuse", v1alpha1.ReasonDeletionWaitsForVolumes, quick)
 	if err := create("pvc-inuse-2"); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("a new volume on a store being deleted: %v, want FAILED_PRECONDITION", err)
 	}
@@ -97,7 +97,7 @@ func TestMarksStorePinned(t *testing.T) {
 	if err := fa.Restart(false); err != nil {
 		t.Fatal(err)
 	}
-	c := waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonMarksStoreChanged, quick)
+	c := waitReady(t, a, metav1.ConditionFalse, v1alpha1.ReasonMarksStoreChanged, quick)
 	wantContains(t, "the agent's condition", c.Message, first, second, v1alpha1.AnnotationAcceptMarksStore+"="+second)
 	cc := csi.NewControllerClient(csiConn(t))
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -119,7 +119,7 @@ func TestMarksStorePinned(t *testing.T) {
 	if err := admin.Update(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 	waitEvent(t, "agent-pin", "MarksStoreAccepted", quick)
 	get(t, a.Name, a)
 	if a.Status.MarksStoreID != second {

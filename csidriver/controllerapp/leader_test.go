@@ -17,7 +17,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
+	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
 // replica is one pillar-controller process.
@@ -150,7 +150,7 @@ func TestLeaderElection(t *testing.T) {
 	// Work arrives: only the leader does it.
 	p1 := protocolObj("le-proto-1", "192.0.2.1")
 	mustCreate(t, p1)
-	waitReady(t, p1, metav1.ConditionTrue, reconcile.ReasonProtocolAccepted, quick)
+	waitReady(t, p1, metav1.ConditionTrue, v1alpha1.ReasonProtocolAccepted, quick)
 	eventually(t, quick, func() error {
 		if a.reconciles() == 0 {
 			return errors.New("the leader has not reconciled le-proto-1")

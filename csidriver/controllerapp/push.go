@@ -108,7 +108,7 @@ func (p *pusher) report(ctx context.Context, name string, res controller.Pushed)
 		return
 	}
 	if len(res.Restored) > 0 || res.Done() {
-		p.recorder.Eventf(&a, nil, corev1.EventTypeNormal, "ExportsPushed", "Recover",
+		p.recorder.Eventf(&a, nil, corev1.EventTypeNormal, v1alpha1.ReasonExportsPushed, "Recover",
 			"pushed the desired exports of %d volume(s) to the agent", len(res.Restored))
 	}
 	if len(res.Failed) > 0 {
@@ -116,11 +116,11 @@ func (p *pusher) report(ctx context.Context, name string, res controller.Pushed)
 		for id, why := range res.Failed {
 			parts = append(parts, id+": "+why)
 		}
-		p.recorder.Eventf(&a, nil, corev1.EventTypeWarning, "ExportsNotRestored", "Recover",
+		p.recorder.Eventf(&a, nil, corev1.EventTypeWarning, v1alpha1.ReasonExportsNotRestored, "Recover",
 			"%d export(s) could not be restored, retrying: %s", len(res.Failed), strings.Join(parts, "; "))
 	}
 	if len(res.Retained) > 0 {
-		p.recorder.Eventf(&a, nil, corev1.EventTypeWarning, "ExportsRetained", "Recover",
+		p.recorder.Eventf(&a, nil, corev1.EventTypeWarning, v1alpha1.ReasonExportsRetained, "Recover",
 			"the agent keeps pillar-csi subsystems no PillarVolumeState names: %s; if their volumes are gone, delete the subsystems on the storage node",
 			strings.Join(res.Retained, ", "))
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/fakeagent"
-	"github.com/pillar-csi/pillar-csi/csidriver/reconcile"
 )
 
 // tlsSecret holds a client certificate from pki and trusts agentCA.
@@ -67,7 +66,7 @@ func TestAgentTLS(t *testing.T) {
 	if err := admin.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 
 	// The agent's certificates are rotated to a new CA: the controller's
 	// next connection fails verification...
@@ -80,7 +79,7 @@ func TestAgentTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopAndServe(t, fa, creds2)
-	c = waitReady(t, a, metav1.ConditionFalse, reconcile.ReasonTLSFailed, quick)
+	c = waitReady(t, a, metav1.ConditionFalse, v1alpha1.ReasonTLSFailed, quick)
 	wantContains(t, "message", c.Message, "pillar-csi/agent-tls", "agent.storage.test")
 
 	// ...until the Secret is rotated too: picked up without a restart.
@@ -89,7 +88,7 @@ func TestAgentTLS(t *testing.T) {
 	if err := admin.Update(ctx, sec); err != nil {
 		t.Fatal(err)
 	}
-	waitReady(t, a, metav1.ConditionTrue, reconcile.ReasonAgentReady, quick)
+	waitReady(t, a, metav1.ConditionTrue, v1alpha1.ReasonAgentReady, quick)
 
 	// A wrong server name is refused.
 	patch := a.DeepCopy()
@@ -97,7 +96,7 @@ func TestAgentTLS(t *testing.T) {
 	if err := admin.Update(ctx, patch); err != nil {
 		t.Fatal(err)
 	}
-	c = waitReady(t, patch, metav1.ConditionFalse, reconcile.ReasonTLSFailed, quick)
+	c = waitReady(t, patch, metav1.ConditionFalse, v1alpha1.ReasonTLSFailed, quick)
 	wantContains(t, "message", c.Message, "someone.else.test")
 
 	deleteAndWait(t, patch, sec)

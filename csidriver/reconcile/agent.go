@@ -21,23 +21,6 @@ import (
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
-// Reasons of a PillarAgent's Ready condition besides the ConnectError
-// reasons.
-const (
-	ReasonAgentReady  = "AgentReady"
-	ReasonUnreachable = "Unreachable"
-	ReasonTLSFailed   = "TLSFailed"
-	// ReasonUnauthenticated: the agent refused the controller's token.
-	ReasonUnauthenticated = "Unauthenticated"
-	ReasonNotServing      = "NotServing"
-	ReasonNvmetMissing    = "NvmetMissing"
-	ReasonNodeMismatch    = "NodeMismatch"
-	ReasonInvalidSpec     = "InvalidSpec"
-	// ReasonMarksStoreChanged: the agent reports a fencing marks store
-	// other than the one the controller pinned.
-	ReasonMarksStoreChanged = "MarksStoreChanged"
-)
-
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillaragents/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
@@ -143,7 +126,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 	if info != nil && r.Recorder != nil {
 		if n := r.drift.increase(a.Name, info.GetInstanceId(), info.GetExportsRestored()); n > 0 {
-			r.Recorder.Eventf(&a, nil, corev1.EventTypeWarning, "ExportsRestored", "Reconcile",
+			r.Recorder.Eventf(&a, nil, corev1.EventTypeWarning, v1alpha1.ReasonExportsRestored, "Reconcile",
 				"pillar-agent put back %d export(s) that something else on the storage node removed from nvmet (nvmetcli clear, another tool?): "+
 					"find what manages nvmet there; pillar_agent_exports_restored_total counts them", n)
 		}
@@ -175,12 +158,12 @@ func (r *AgentReconciler) pinMarksStore(a *v1alpha1.PillarAgent, got string) (ve
 	case a.Annotations[v1alpha1.AnnotationAcceptMarksStore] == got:
 		a.Status.MarksStoreID = got
 		if r.Recorder != nil {
-			r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "MarksStoreAccepted", "Reconcile",
+			r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, v1alpha1.ReasonMarksStoreAccepted, "Reconcile",
 				"the fencing marks store %s replaces %s, as the annotation %s says", got, pinned, v1alpha1.AnnotationAcceptMarksStore)
 		}
 		return verdict{}, true
 	}
-	return notReady(ReasonMarksStoreChanged, "the agent's fencing marks store is %s, not %s, which the controller pinned: its marks were lost "+
+	return notReady(v1alpha1.ReasonMarksStoreChanged, "the agent's fencing marks store is %s, not %s, which the controller pinned: its marks were lost "+
 		"(a wiped or replaced generations directory, a disk that was not mounted), and with them what it knew of deleted volumes. "+
 		"No call goes to this agent until an operator recovers: mount the old directory back and restart the agent, or follow "+
 		"docs/troubleshooting.md (MarksStoreChanged), then: kubectl annotate pillaragent %s %s=%s",
@@ -221,13 +204,13 @@ func (r *AgentReconciler) deleting(ctx context.Context, a *v1alpha1.PillarAgent)
 // observe asks the agent for its info and judges the answer.
 func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) (verdict, *agentv1.GetAgentInfoResponse) {
 	if a.Spec.NodeName == "" && a.Spec.Address == "" {
-		return notReady(ReasonInvalidSpec, "set spec.nodeName, spec.address or both: the controller needs one of them to reach the agent"), nil
+		return notReady(v1alpha1.ReasonInvalidSpec, "set spec.nodeName, spec.address or both: the controller needs one of them to reach the agent"), nil
 	}
 	if viol, rec := checkImmutable(a, []immutable{{path: "spec.nodeName", value: string(a.Spec.NodeName), onceSet: true}}); len(viol) > 0 {
 		return refuseChange("PillarAgent", viol), nil
 	} else if rec != "" {
 		if err := recordAccepted(ctx, r.Client, a, rec); err != nil {
-			return notReady("UpdateFailed", "cannot record the accepted spec: %v", err), nil
+			return notReady(v1alpha1.ReasonUpdateFailed, "cannot record the accepted spec: %v", err), nil
 		}
 	}
 	conn, err := r.Connector.Connect(ctx, a)
@@ -236,18 +219,18 @@ func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) 
 		if errors.As(err, &ce) {
 			return notReady(ce.Reason, "%s", ce.Message), nil
 		}
-		return notReady(ReasonUnreachable, "%v", err), nil
+		return notReady(v1alpha1.ReasonUnreachable, "%v", err), nil
 	}
 	a.Status.Endpoint = conn.Endpoint()
 	info, err := conn.Agent.GetAgentInfo(ctx, &agentv1.GetAgentInfoRequest{})
 	if err != nil {
 		reason := callReason(err)
 		if status.Code(err) == codes.Unauthenticated {
-			return notReady(ReasonUnauthenticated, "the agent at %s refuses the controller's agent token: %v; pillar-controller's -agent-token-file "+
+			return notReady(v1alpha1.ReasonUnauthenticated, "the agent at %s refuses the controller's agent token: %v; pillar-controller's -agent-token-file "+
 				"must hold a token of the agent's -token-dir (with the chart both mount the Secret of agent.auth.existingSecret, or <release>-agent-token); "+
 				"a rotated Secret takes up to a minute to reach both", conn.Endpoint(), status.Convert(err).Message()), nil
 		}
-		if reason == ReasonTLSFailed {
+		if reason == v1alpha1.ReasonTLSFailed {
 			return notReady(reason, "TLS handshake with the agent at %s failed: %v; check that the agent's certificate is signed by ca.crt of %s and carries the name %q, and that the agent trusts the CA of tls.crt",
 				conn.Endpoint(), err, tlsSecret(a), serverName(a, conn.Endpoint())), nil
 		}
@@ -257,7 +240,7 @@ func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) 
 	if a.Spec.NodeName != "" && info.GetNodeName() != "" && info.GetNodeName() != string(a.Spec.NodeName) {
 		// Not this object's agent: its instance is not recorded, so no
 		// export is ever pushed to it on this object's behalf.
-		return notReady(ReasonNodeMismatch, "the agent at %s runs on node %q, not on spec.nodeName %q: correct spec.address or spec.nodeName",
+		return notReady(v1alpha1.ReasonNodeMismatch, "the agent at %s runs on node %q, not on spec.nodeName %q: correct spec.address or spec.nodeName",
 			conn.Endpoint(), info.GetNodeName(), a.Spec.NodeName), nil
 	}
 	if v, ok := r.pinMarksStore(a, info.GetMarksStoreId()); !ok {
@@ -266,12 +249,12 @@ func (r *AgentReconciler) observe(ctx context.Context, a *v1alpha1.PillarAgent) 
 		return v, nil
 	}
 	if h := conn.Health(); h.Known && h.Err == nil && !h.Serving {
-		return notReady(ReasonNotServing, "the agent at %s answers but reports NOT_SERVING (not ready): see `kubectl logs` of pillar-agent on the node, or its /readyz", conn.Endpoint()), info
+		return notReady(v1alpha1.ReasonNotServing, "the agent at %s answers but reports NOT_SERVING (not ready): see `kubectl logs` of pillar-agent on the node, or its /readyz", conn.Endpoint()), info
 	}
 	if !slices.Contains(info.GetCapabilities(), agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP) {
-		return notReady(ReasonNvmetMissing, "the agent on node %q cannot export over NVMe-oF/TCP: load the kernel modules nvmet and nvmet_tcp and mount configfs on the storage node", info.GetNodeName()), info
+		return notReady(v1alpha1.ReasonNvmetMissing, "the agent on node %q cannot export over NVMe-oF/TCP: load the kernel modules nvmet and nvmet_tcp and mount configfs on the storage node", info.GetNodeName()), info
 	}
-	return ready(ReasonAgentReady, "agent %s on node %q answers at %s", info.GetAgentVersion(), info.GetNodeName(), conn.Endpoint()), info
+	return ready(v1alpha1.ReasonAgentReady, "agent %s on node %q answers at %s", info.GetAgentVersion(), info.GetNodeName(), conn.Endpoint()), info
 }
 
 // noteInstance records the agent's instance and boot IDs in the status.
@@ -299,10 +282,10 @@ func (r *AgentReconciler) noteInstance(a *v1alpha1.PillarAgent, info *agentv1.Ge
 	return func() {
 		if !first && r.Recorder != nil {
 			if rebooted {
-				r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, "NodeRebooted", "Reconcile",
+				r.Recorder.Eventf(a, nil, corev1.EventTypeWarning, v1alpha1.ReasonNodeRebooted, "Reconcile",
 					"storage node %q rebooted (boot ID %s); pushing the desired exports back", node, boot)
 			} else {
-				r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, "AgentRestarted", "Reconcile",
+				r.Recorder.Eventf(a, nil, corev1.EventTypeNormal, v1alpha1.ReasonAgentRestarted, "Reconcile",
 					"pillar-agent restarted (instance %s); pushing the desired exports back", id)
 			}
 		}

@@ -80,7 +80,7 @@ func (c *Connector) Target(ctx context.Context, a *v1alpha1.PillarAgent) (agentc
 	}
 	ref := a.Spec.TLS.SecretRef
 	if !slices.Contains(c.SecretNamespaces, string(ref.Namespace)) && !slices.Contains(c.SecretNamespaces, "*") {
-		return agentclient.Target{}, &ConnectError{Reason: "TLSSecretNotAllowed",
+		return agentclient.Target{}, &ConnectError{Reason: v1alpha1.ReasonTLSSecretNotAllowed,
 			Message: fmt.Sprintf("TLS Secret %s/%s is in a namespace pillar-controller may not read: it reads Secrets only in %s (its -tls-secret-namespaces; "+
 				"with the chart, tls.mode other than none, and controller.tlsSecretNamespaces for other namespaces, which also grants the Role there)",
 				ref.Namespace, ref.Name, namespaceList(c.SecretNamespaces))}
@@ -88,10 +88,10 @@ func (c *Connector) Target(ctx context.Context, a *v1alpha1.PillarAgent) (agentc
 	var s corev1.Secret
 	if err := c.Client.Get(ctx, types.NamespacedName{Namespace: string(ref.Namespace), Name: string(ref.Name)}, &s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return agentclient.Target{}, &ConnectError{Reason: "TLSSecretMissing", Err: err,
+			return agentclient.Target{}, &ConnectError{Reason: v1alpha1.ReasonTLSSecretMissing, Err: err,
 				Message: fmt.Sprintf("TLS Secret %s/%s does not exist: create it with the keys ca.crt, tls.crt and tls.key, or remove spec.tls", ref.Namespace, ref.Name)}
 		}
-		return agentclient.Target{}, &ConnectError{Reason: "TLSSecretUnavailable", Err: err,
+		return agentclient.Target{}, &ConnectError{Reason: v1alpha1.ReasonTLSSecretUnavailable, Err: err,
 			Message: fmt.Sprintf("cannot read TLS Secret %s/%s: %v (pillar-controller reads Secrets only in the namespaces of its -tls-secret-namespaces flag)", ref.Namespace, ref.Name, err)}
 	}
 	now := time.Now
@@ -105,7 +105,7 @@ func (c *Connector) Target(ctx context.Context, a *v1alpha1.PillarAgent) (agentc
 		if errors.As(err, &me) {
 			key = me.Key
 		}
-		return agentclient.Target{}, &ConnectError{Reason: "TLSSecretInvalid", Err: err,
+		return agentclient.Target{}, &ConnectError{Reason: v1alpha1.ReasonTLSSecretInvalid, Err: err,
 			Message: fmt.Sprintf("TLS Secret %s/%s, key %s: %v", ref.Namespace, ref.Name, key, errors.Unwrap(err))}
 	}
 	t.TLS, t.Material = cfg, digest
@@ -116,17 +116,17 @@ func (c *Connector) nodeAddress(ctx context.Context, name string) (string, error
 	var n corev1.Node
 	if err := c.Client.Get(ctx, types.NamespacedName{Name: name}, &n); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", &ConnectError{Reason: "NodeNotFound", Err: err,
+			return "", &ConnectError{Reason: v1alpha1.ReasonNodeNotFound, Err: err,
 				Message: fmt.Sprintf("Node %q does not exist: correct spec.nodeName, or set spec.address", name)}
 		}
-		return "", &ConnectError{Reason: "NodeUnavailable", Err: err, Message: fmt.Sprintf("cannot read Node %q: %v", name, err)}
+		return "", &ConnectError{Reason: v1alpha1.ReasonNodeUnavailable, Err: err, Message: fmt.Sprintf("cannot read Node %q: %v", name, err)}
 	}
 	for _, a := range n.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP && a.Address != "" {
 			return a.Address, nil
 		}
 	}
-	return "", &ConnectError{Reason: "NodeAddressMissing",
+	return "", &ConnectError{Reason: v1alpha1.ReasonNodeAddressMissing,
 		Message: fmt.Sprintf("Node %q reports no InternalIP address: set spec.address to the agent's address", name)}
 }
 
@@ -134,9 +134,9 @@ func (c *Connector) nodeAddress(ctx context.Context, name string) (string, error
 func callReason(err error) string {
 	s := err.Error()
 	if strings.Contains(s, "authentication handshake failed") || strings.Contains(s, "x509:") || strings.Contains(s, "tls:") {
-		return "TLSFailed"
+		return v1alpha1.ReasonTLSFailed
 	}
-	return "Unreachable"
+	return v1alpha1.ReasonUnreachable
 }
 
 // hostOf is the host part of host:port.

@@ -177,8 +177,8 @@ func TestResult(t *testing.T) {
 
 func TestCallReason(t *testing.T) {
 	for msg, want := range map[string]string{
-		`rpc error: code = Unavailable desc = connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`: ReasonTLSFailed,
-		`rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`:                                            ReasonUnreachable,
+		`rpc error: code = Unavailable desc = connection error: desc = "transport: authentication handshake failed: tls: failed to verify certificate: x509: certificate signed by unknown authority"`: v1alpha1.ReasonTLSFailed,
+		`rpc error: code = Unavailable desc = connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:1: connect: connection refused"`:                                            v1alpha1.ReasonUnreachable,
 	} {
 		if got := callReason(errors.New(msg)); got != want {
 			t.Errorf("callReason(%q) = %s, want %s", msg, got, want)
@@ -197,9 +197,9 @@ func TestBytesString(t *testing.T) {
 func TestAnnounce(t *testing.T) {
 	rec := events.NewFakeRecorder(10)
 	obj := &v1alpha1.PillarStore{}
-	announce(rec, obj, pending(ReasonAgentNotReady, "not reached yet"))
-	announce(rec, obj, notReady(ReasonPoolMissing, "no pool"))
-	announce(rec, obj, ready(ReasonStoreAvailable, "ok"))
+	announce(rec, obj, pending(v1alpha1.ReasonAgentNotReady, "not reached yet"))
+	announce(rec, obj, notReady(v1alpha1.ReasonPoolMissing, "no pool"))
+	announce(rec, obj, ready(v1alpha1.ReasonStoreAvailable, "ok"))
 	close(rec.Events)
 	var got []string
 	for e := range rec.Events {

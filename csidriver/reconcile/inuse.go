@@ -19,10 +19,6 @@ import (
 // reach the volume again, nor delete it.
 const InUseFinalizer = "pillar-csi.io/in-use"
 
-// ReasonInUse is the Ready reason of a PillarStore or PillarAgent whose
-// deletion waits for its volumes.
-const ReasonInUse = "DeletionWaitsForVolumes"
-
 // inUseRecheck is how often a deletion that waits looks again, besides
 // the wake-up a volume's deletion sends.
 const inUseRecheck = time.Minute
@@ -74,7 +70,7 @@ func waitsFor(kind string, vols []string) verdict {
 	if len(vols) > shown {
 		names += fmt.Sprintf(" and %d more", len(vols)-shown)
 	}
-	return notReady(ReasonInUse, "the deletion waits until no volume lives on this %s: %d still do (%s). Delete their PersistentVolumeClaims; "+
+	return notReady(v1alpha1.ReasonDeletionWaitsForVolumes, "the deletion waits until no volume lives on this %s: %d still do (%s). Delete their PersistentVolumeClaims; "+
 		"a PersistentVolume with reclaim policy Retain keeps its volume until its policy is set to Delete. "+
 		"kubectl get pillarvolumestates lists the volumes", kind, len(vols), names)
 }

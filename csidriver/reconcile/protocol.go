@@ -11,9 +11,6 @@ import (
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
 )
 
-// ReasonProtocolAccepted is the Ready reason of a valid PillarProtocol.
-const ReasonProtocolAccepted = "Accepted"
-
 // Field indexes the reconcilers look up by.
 const (
 	indexStore    = "spec.storeName"
@@ -76,23 +73,23 @@ func (r *ProtocolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 // kernel's nvmet will need it.
 func validateProtocol(p *v1alpha1.PillarProtocol) verdict {
 	if p.Spec.Type != v1alpha1.ProtocolNVMeOFTCP {
-		return notReady(ReasonInvalidSpec, "spec.type %q is not supported: the only protocol is NVMeOFTCP", p.Spec.Type)
+		return notReady(v1alpha1.ReasonInvalidSpec, "spec.type %q is not supported: the only protocol is NVMeOFTCP", p.Spec.Type)
 	}
 	t := p.Spec.NVMeOFTCP
 	if t == nil {
-		return notReady(ReasonInvalidSpec, "spec.nvmeofTCP is required when spec.type is NVMeOFTCP")
+		return notReady(v1alpha1.ReasonInvalidSpec, "spec.nvmeofTCP is required when spec.type is NVMeOFTCP")
 	}
 	addr, err := netip.ParseAddr(string(t.BindAddress))
 	if err != nil || addr.Zone() != "" {
-		return notReady(ReasonInvalidSpec, "spec.nvmeofTCP.bindAddress %q is not an IPv4 or IPv6 address without a zone", t.BindAddress)
+		return notReady(v1alpha1.ReasonInvalidSpec, "spec.nvmeofTCP.bindAddress %q is not an IPv4 or IPv6 address without a zone", t.BindAddress)
 	}
 	if t.Port < 0 || t.Port > 65535 {
-		return notReady(ReasonInvalidSpec, "spec.nvmeofTCP.port %d is not a TCP port", t.Port)
+		return notReady(v1alpha1.ReasonInvalidSpec, "spec.nvmeofTCP.port %d is not a TCP port", t.Port)
 	}
 	port := t.Port
 	if port == 0 {
 		port = v1alpha1.DefaultNVMeOFTCPPort
 	}
 	acl := t.ACLEnabled == nil || *t.ACLEnabled
-	return ready(ReasonProtocolAccepted, "NVMe-oF/TCP on %s port %d, host ACLs %s", addr, port, map[bool]string{true: "on", false: "off (any host that reaches the port may connect)"}[acl])
+	return ready(v1alpha1.ReasonProtocolAccepted, "NVMe-oF/TCP on %s port %d, host ACLs %s", addr, port, map[bool]string{true: "on", false: "off (any host that reaches the port may connect)"}[acl])
 }

@@ -148,7 +148,7 @@ func recordAccepted(ctx context.Context, c client.Client, obj client.Object, rec
 
 // refuseChange is the verdict for forbidden changes.
 func refuseChange(kind string, violations []string) verdict {
-	return notReady("ImmutableFieldChanged",
+	return notReady(v1alpha1.ReasonImmutableFieldChanged,
 		"%s; these fields cannot change (this API server does not enforce the CRD's validation rules, so the controller does): "+
 			"change them back, or create a new %s; until then the controller does not act on this object", strings.Join(violations, "; "), kind)
 }

@@ -21,17 +21,6 @@ import (
 	"github.com/pillar-csi/pillar-csi/csidriver/driver"
 )
 
-// Reasons of a PillarStorageClass's Ready condition.
-const (
-	ReasonInSync            = "InSync"
-	ReasonConflict          = "Conflict"
-	ReasonStoreNotFound     = "StoreNotFound"
-	ReasonStoreNotReady     = "StoreNotReady"
-	ReasonProtocolNotFound  = "ProtocolNotFound"
-	ReasonProtocolNotReady  = "ProtocolNotReady"
-	ReasonStorageClassError = "StorageClassError"
-)
-
 // Finalizer keeps a PillarStorageClass until its StorageClass is deleted.
 const Finalizer = "pillar-csi.io/storageclass"
 
@@ -135,19 +124,19 @@ func (r *StorageClassReconciler) sync(ctx context.Context, p *v1alpha1.PillarSto
 			if apierrors.IsAlreadyExists(err) {
 				return verdict{}, err // created meanwhile: look again
 			}
-			return notReady(ReasonStorageClassError, "cannot create StorageClass %q: %v", want.Name, err), nil
+			return notReady(v1alpha1.ReasonStorageClassError, "cannot create StorageClass %q: %v", want.Name, err), nil
 		}
 		if p.Status.StorageClassName != "" {
-			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, "StorageClassRecreated", "Reconcile",
+			r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, v1alpha1.ReasonStorageClassRecreated, "Reconcile",
 				"StorageClass %q was deleted by someone else; created it again", want.Name)
 		} else {
-			r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "StorageClassCreated", "Reconcile", "created StorageClass %q", want.Name)
+			r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, v1alpha1.ReasonStorageClassCreated, "Reconcile", "created StorageClass %q", want.Name)
 		}
 	case err != nil:
 		return verdict{}, err
 	case !metav1.IsControlledBy(&sc, p):
 		p.Status.StorageClassName = ""
-		return notReady(ReasonConflict, "StorageClass %q already exists and was not created by this PillarStorageClass; pillar-controller does not take it over: delete or rename it, or name this PillarStorageClass differently", sc.Name), nil
+		return notReady(v1alpha1.ReasonConflict, "StorageClass %q already exists and was not created by this PillarStorageClass; pillar-controller does not take it over: delete or rename it, or name this PillarStorageClass differently", sc.Name), nil
 	case !sameImmutable(&sc, want):
 		return refuseChange("PillarStorageClass", []string{fmt.Sprintf(
 			"the spec no longer matches StorageClass %q (provisioner %s, parameters %v, reclaimPolicy %s, volumeBindingMode %s), whose fields Kubernetes does not let change",
@@ -159,7 +148,7 @@ func (r *StorageClassReconciler) sync(ctx context.Context, p *v1alpha1.PillarSto
 		if err := r.Client.Update(ctx, &sc); err != nil {
 			return verdict{}, err
 		}
-		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "StorageClassUpdated", "Reconcile",
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, v1alpha1.ReasonStorageClassUpdated, "Reconcile",
 			"StorageClass %q updated to match the spec (allowVolumeExpansion, mountOptions, labels)", sc.Name)
 	}
 	p.Status.StorageClassName = want.Name
@@ -171,30 +160,30 @@ func (r *StorageClassReconciler) references(ctx context.Context, p *v1alpha1.Pil
 	var s v1alpha1.PillarStore
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: string(p.Spec.StoreName)}, &s); err != nil {
 		if apierrors.IsNotFound(err) {
-			return notReady(ReasonStoreNotFound, "StorageClass %q is in place, but PillarStore %q does not exist: volumes cannot be created until it does", p.Name, p.Spec.StoreName)
+			return notReady(v1alpha1.ReasonStoreNotFound, "StorageClass %q is in place, but PillarStore %q does not exist: volumes cannot be created until it does", p.Name, p.Spec.StoreName)
 		}
-		return notReady(ReasonStoreNotFound, "cannot read PillarStore %q: %v", p.Spec.StoreName, err)
+		return notReady(v1alpha1.ReasonStoreNotFound, "cannot read PillarStore %q: %v", p.Spec.StoreName, err)
 	}
 	switch c := meta.FindStatusCondition(s.Status.Conditions, v1alpha1.ConditionReady); {
 	case c == nil:
-		return pending(ReasonStoreNotReady, "StorageClass %q is in place; PillarStore %q has not been reconciled yet", p.Name, s.Name)
+		return pending(v1alpha1.ReasonStoreNotReady, "StorageClass %q is in place; PillarStore %q has not been reconciled yet", p.Name, s.Name)
 	case c.Status != metav1.ConditionTrue:
-		return notReady(ReasonStoreNotReady, "StorageClass %q is in place, but PillarStore %q is not ready (%s: %s)", p.Name, s.Name, c.Reason, c.Message)
+		return notReady(v1alpha1.ReasonStoreNotReady, "StorageClass %q is in place, but PillarStore %q is not ready (%s: %s)", p.Name, s.Name, c.Reason, c.Message)
 	}
 	var proto v1alpha1.PillarProtocol
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: string(p.Spec.ProtocolName)}, &proto); err != nil {
 		if apierrors.IsNotFound(err) {
-			return notReady(ReasonProtocolNotFound, "StorageClass %q is in place, but PillarProtocol %q does not exist: volumes cannot be created until it does", p.Name, p.Spec.ProtocolName)
+			return notReady(v1alpha1.ReasonProtocolNotFound, "StorageClass %q is in place, but PillarProtocol %q does not exist: volumes cannot be created until it does", p.Name, p.Spec.ProtocolName)
 		}
-		return notReady(ReasonProtocolNotFound, "cannot read PillarProtocol %q: %v", p.Spec.ProtocolName, err)
+		return notReady(v1alpha1.ReasonProtocolNotFound, "cannot read PillarProtocol %q: %v", p.Spec.ProtocolName, err)
 	}
 	switch c := meta.FindStatusCondition(proto.Status.Conditions, v1alpha1.ConditionReady); {
 	case c == nil:
-		return pending(ReasonProtocolNotReady, "StorageClass %q is in place; PillarProtocol %q has not been reconciled yet", p.Name, proto.Name)
+		return pending(v1alpha1.ReasonProtocolNotReady, "StorageClass %q is in place; PillarProtocol %q has not been reconciled yet", p.Name, proto.Name)
 	case c.Status != metav1.ConditionTrue:
-		return notReady(ReasonProtocolNotReady, "StorageClass %q is in place, but PillarProtocol %q is not ready (%s: %s)", p.Name, proto.Name, c.Reason, c.Message)
+		return notReady(v1alpha1.ReasonProtocolNotReady, "StorageClass %q is in place, but PillarProtocol %q is not ready (%s: %s)", p.Name, proto.Name, c.Reason, c.Message)
 	}
-	return ready(ReasonInSync, "StorageClass %q provisions from PillarStore %q, exported with PillarProtocol %q", p.Name, s.Name, proto.Name)
+	return ready(v1alpha1.ReasonInSync, "StorageClass %q provisions from PillarStore %q, exported with PillarProtocol %q", p.Name, s.Name, proto.Name)
 }
 
 // finalize deletes the generated StorageClass (only if it is ours), then
@@ -213,7 +202,7 @@ func (r *StorageClassReconciler) finalize(ctx context.Context, p *v1alpha1.Pilla
 		if err := r.Client.Delete(ctx, &sc, client.Preconditions{UID: &sc.UID}); client.IgnoreNotFound(err) != nil {
 			return err
 		}
-		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, "StorageClassDeleted", "Finalize", "deleted StorageClass %q", sc.Name)
+		r.Recorder.Eventf(p, nil, corev1.EventTypeNormal, v1alpha1.ReasonStorageClassDeleted, "Finalize", "deleted StorageClass %q", sc.Name)
 	}
 	patch := client.MergeFrom(p.DeepCopy())
 	controllerutil.RemoveFinalizer(p, Finalizer)

@@ -20,19 +20,6 @@ import (
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/agentclient"
 )
 
-// Reasons of a PillarStore's Ready condition.
-const (
-	ReasonStoreAvailable = "Available"
-	ReasonAgentNotFound  = "AgentNotFound"
-	ReasonAgentNotReady  = "AgentNotReady"
-	ReasonPoolMissing    = "PoolMissing"
-	ReasonBackendMissing = "BackendToolsMissing"
-	ReasonCapacityFailed = "CapacityFailed"
-	// ReasonThinPoolNotZeroing: the LVM thin pool does not zero the chunks
-	// it provisions, and spec.lvm.allowUnzeroedThinPool is false.
-	ReasonThinPoolNotZeroing = "ThinPoolNotZeroing"
-)
-
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillarstores,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=pillar-csi.io,resources=pillarstores/status,verbs=get;update;patch
 
@@ -117,60 +104,60 @@ func storeImmutables(s *v1alpha1.PillarStore) []immutable {
 func (r *StoreReconciler) observe(ctx context.Context, s *v1alpha1.PillarStore) verdict {
 	st := agentclient.StoreFor(s)
 	if st == nil {
-		return notReady(ReasonInvalidSpec, "spec.type is %q but spec.%s is not set: set exactly the section of the type", s.Spec.Type, map[v1alpha1.BackendType]string{v1alpha1.BackendZFS: "zfs", v1alpha1.BackendLVM: "lvm"}[s.Spec.Type])
+		return notReady(v1alpha1.ReasonInvalidSpec, "spec.type is %q but spec.%s is not set: set exactly the section of the type", s.Spec.Type, map[v1alpha1.BackendType]string{v1alpha1.BackendZFS: "zfs", v1alpha1.BackendLVM: "lvm"}[s.Spec.Type])
 	}
 	if s.Spec.ZFS != nil && s.Spec.LVM != nil {
-		return notReady(ReasonInvalidSpec, "both spec.zfs and spec.lvm are set: keep only the section of spec.type %q", s.Spec.Type)
+		return notReady(v1alpha1.ReasonInvalidSpec, "both spec.zfs and spec.lvm are set: keep only the section of spec.type %q", s.Spec.Type)
 	}
 	if viol, rec := checkImmutable(s, storeImmutables(s)); len(viol) > 0 {
 		return refuseChange("PillarStore", viol)
 	} else if rec != "" {
 		if err := recordAccepted(ctx, r.Client, s, rec); err != nil {
-			return notReady("UpdateFailed", "cannot record the accepted spec: %v", err)
+			return notReady(v1alpha1.ReasonUpdateFailed, "cannot record the accepted spec: %v", err)
 		}
 	}
 	var a v1alpha1.PillarAgent
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: string(s.Spec.AgentName)}, &a); err != nil {
 		if apierrors.IsNotFound(err) {
-			return notReady(ReasonAgentNotFound, "PillarAgent %q does not exist: create it, or correct spec.agentName", s.Spec.AgentName)
+			return notReady(v1alpha1.ReasonAgentNotFound, "PillarAgent %q does not exist: create it, or correct spec.agentName", s.Spec.AgentName)
 		}
-		return notReady(ReasonAgentNotFound, "cannot read PillarAgent %q: %v", s.Spec.AgentName, err)
+		return notReady(v1alpha1.ReasonAgentNotFound, "cannot read PillarAgent %q: %v", s.Spec.AgentName, err)
 	}
 	switch c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady); {
 	case c == nil:
 		// The agent's reconcile is on its way; its status change wakes
 		// this store.
-		return pending(ReasonAgentNotReady, "PillarAgent %q has not been reached yet", a.Name)
+		return pending(v1alpha1.ReasonAgentNotReady, "PillarAgent %q has not been reached yet", a.Name)
 	case c.Status != metav1.ConditionTrue:
-		return notReady(ReasonAgentNotReady, "PillarAgent %q is not ready (%s: %s)", a.Name, c.Reason, c.Message)
+		return notReady(v1alpha1.ReasonAgentNotReady, "PillarAgent %q is not ready (%s: %s)", a.Name, c.Reason, c.Message)
 	}
 	conn, err := r.Connector.Connect(ctx, &a)
 	if err != nil {
-		return notReady(ReasonAgentNotReady, "PillarAgent %q: %v", a.Name, err)
+		return notReady(v1alpha1.ReasonAgentNotReady, "PillarAgent %q: %v", a.Name, err)
 	}
 	resp, err := conn.Agent.GetCapacity(ctx, &agentv1.GetCapacityRequest{Store: st})
 	if err != nil {
 		msg := status.Convert(err).Message()
 		if ref, ok := agentv1.StoreRefusalOf(err); ok && ref.GetReason() == agentv1.StoreRefusal_REASON_THIN_POOL_NOT_ZEROING && s.Spec.LVM != nil {
-			return notReady(ReasonThinPoolNotZeroing, "the agent on %q reports: %s; run `lvchange --zero y %s/%s` on the storage node, "+
+			return notReady(v1alpha1.ReasonThinPoolNotZeroing, "the agent on %q reports: %s; run `lvchange --zero y %s/%s` on the storage node, "+
 				"or set spec.lvm.allowUnzeroedThinPool to true if every user of the store may read data that deleted volumes left behind",
 				a.Name, msg, s.Spec.LVM.VolumeGroup, s.Spec.LVM.ThinPool)
 		}
 		switch status.Code(err) {
 		case codes.FailedPrecondition, codes.NotFound:
-			return notReady(ReasonPoolMissing, "the agent on %q reports: %s; create the %s on the storage node or correct the PillarStore", a.Name, msg, poolWord(s))
+			return notReady(v1alpha1.ReasonPoolMissing, "the agent on %q reports: %s; create the %s on the storage node or correct the PillarStore", a.Name, msg, poolWord(s))
 		case codes.Unimplemented:
-			return notReady(ReasonBackendMissing, "the agent on %q reports: %s; install the %s tools and kernel module on the storage node", a.Name, msg, s.Spec.Type)
+			return notReady(v1alpha1.ReasonBackendToolsMissing, "the agent on %q reports: %s; install the %s tools and kernel module on the storage node", a.Name, msg, s.Spec.Type)
 		case codes.InvalidArgument:
-			return notReady(ReasonInvalidSpec, "the agent refuses the store configuration: %s", msg)
+			return notReady(v1alpha1.ReasonInvalidSpec, "the agent refuses the store configuration: %s", msg)
 		case codes.Unavailable, codes.DeadlineExceeded:
-			return notReady(ReasonAgentNotReady, "PillarAgent %q did not answer: %s", a.Name, msg)
+			return notReady(v1alpha1.ReasonAgentNotReady, "PillarAgent %q did not answer: %s", a.Name, msg)
 		}
-		return notReady(ReasonCapacityFailed, "the agent on %q could not report the capacity: %s: %s", a.Name, status.Code(err), msg)
+		return notReady(v1alpha1.ReasonCapacityFailed, "the agent on %q could not report the capacity: %s: %s", a.Name, status.Code(err), msg)
 	}
 	s.Status.Capacity = &v1alpha1.StoreCapacity{TotalBytes: resp.GetTotalBytes(), AvailableBytes: resp.GetAvailableBytes()}
 	r.Metrics.setStore(s.Name, resp.GetTotalBytes(), resp.GetAvailableBytes())
-	return ready(ReasonStoreAvailable, "%s of %s available on %s", bytesString(resp.GetAvailableBytes()), bytesString(resp.GetTotalBytes()), poolName(s))
+	return ready(v1alpha1.ReasonStoreAvailable, "%s of %s available on %s", bytesString(resp.GetAvailableBytes()), bytesString(resp.GetTotalBytes()), poolName(s))
 }
 
 func poolWord(s *v1alpha1.PillarStore) string {
