@@ -159,11 +159,39 @@ Flags:
 // flag; ParseFlags never exits and never panics.
 func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Options, error) {
 	o := DefaultOptions()
+	fs := newFlagSet(&o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(output, usageHeader)
+			fs.SetOutput(output)
+			fs.PrintDefaults()
+		}
+		return Options{}, err
+	}
+	if fs.NArg() > 0 {
+		return Options{}, fmt.Errorf("unexpected argument %q: pillar-agent takes flags only, or the marks command first (see -h)", fs.Arg(0))
+	}
+	if o.PrintVersion {
+		return o, nil
+	}
+	if o.NodeName == "" && getenv != nil {
+		o.NodeName = getenv(NodeNameEnv)
+	}
+	if err := o.Validate(); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// newFlagSet registers pillar-agent's flags on a new flag set that sets o.
+// Parse errors are returned, not printed: the caller prints once. The
+// reference of the flags is generated from it:
+//
+//go:generate env PILLAR_UPDATE_REFERENCE=1 go test -count=1 -run ^TestFlagReference$ .
+func newFlagSet(o *Options) *flag.FlagSet {
 	fs := flag.NewFlagSet("pillar-agent", flag.ContinueOnError)
-	// Parse errors are returned, not printed: the caller prints once.
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
-
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "`host:port` to serve gRPC on")
 	fs.StringVar(&o.NodeName, "node-name", "", "Kubernetes node this agent runs on (default $"+NodeNameEnv+")")
 	fs.StringVar(&o.GenerationsDir, "generations-dir", o.GenerationsDir, "`directory` of the durable fencing marks (a hostPath on local disk)")
@@ -186,28 +214,7 @@ func ParseFlags(args []string, getenv func(string) string, output io.Writer) (Op
 	})
 	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "how often readiness is checked for the gRPC health service and /readyz")
 	fs.DurationVar(&o.DriftInterval, "drift-interval", o.DriftInterval, "how often the exports the agent made are checked in nvmet, and those something else removed put back (0: never)")
-
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(output, usageHeader)
-			fs.SetOutput(output)
-			fs.PrintDefaults()
-		}
-		return Options{}, err
-	}
-	if fs.NArg() > 0 {
-		return Options{}, fmt.Errorf("unexpected argument %q: pillar-agent takes flags only, or the marks command first (see -h)", fs.Arg(0))
-	}
-	if o.PrintVersion {
-		return o, nil
-	}
-	if o.NodeName == "" && getenv != nil {
-		o.NodeName = getenv(NodeNameEnv)
-	}
-	if err := o.Validate(); err != nil {
-		return Options{}, err
-	}
-	return o, nil
+	return fs
 }
 
 // Validate reports the first option that cannot work, naming its flag.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/api/flagalias"
+	"github.com/pillar-csi/pillar-csi/api/flagdoc"
 	"github.com/pillar-csi/pillar-csi/csidriver/controllerapp"
 )
 
@@ -42,4 +43,16 @@ func TestFlagsAndDeprecatedAliases(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFlagReference keeps docs/reference/pillar-controller-flags.md equal
+// to the flags pillar-controller registers (make generate rewrites it).
+func TestFlagReference(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	fs := flag.NewFlagSet("pillar-controller", flag.ContinueOnError)
+	registerFlags(fs)
+	flagdoc.Check(t, "../../../docs/reference/pillar-controller-flags.md", flagdoc.Markdown("pillar-controller",
+		"pillar-controller runs as the chart's leader-elected Deployment beside the CSI sidecars: it reconciles the Pillar "+
+			"resources and serves CSI's Controller service, calling the agents. `pillar-controller -h` prints the same list. "+
+			"Defaults shown as none for -namespace and -tls-secret-namespaces are `$POD_NAMESPACE`.", fs))
 }

@@ -32,6 +32,8 @@ type flags struct {
 	version   bool
 }
 
+//go:generate env PILLAR_UPDATE_REFERENCE=1 go test -count=1 -run ^TestFlagReference$ .
+
 // registerFlags registers pillar-controller's flags on fs, with the
 // options' defaults. The names are the ones every pillar-csi binary uses
 // for the same setting; -graceful-shutdown is the old name of

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pillar-csi/pillar-csi/api/flagalias"
+	"github.com/pillar-csi/pillar-csi/api/flagdoc"
 )
 
 func TestFlagsAndDeprecatedAliases(t *testing.T) {
@@ -44,4 +45,17 @@ func TestFlagsAndDeprecatedAliases(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFlagReference keeps docs/reference/pillar-node-flags.md equal to
+// the flags pillar-node registers (make generate rewrites it).
+func TestFlagReference(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	var c config
+	fs := flag.NewFlagSet("pillar-node", flag.ContinueOnError)
+	registerFlags(fs, &c)
+	flagdoc.Check(t, "../../../docs/reference/pillar-node-flags.md", flagdoc.Markdown("pillar-node",
+		"pillar-node runs on each worker (the chart's DaemonSet, privileged, beside the node-driver-registrar): it serves "+
+			"CSI's Node service, connecting, staging and mounting volumes for kubelet. `pillar-node -h` prints the same list. "+
+			"The default of -node-name, shown as none, is `$NODE_NAME`.", fs))
 }

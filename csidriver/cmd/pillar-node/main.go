@@ -52,6 +52,8 @@ type config struct {
 	version                 bool
 }
 
+//go:generate env PILLAR_UPDATE_REFERENCE=1 go test -count=1 -run ^TestFlagReference$ .
+
 // registerFlags registers pillar-node's flags on fs, writing to c. The
 // names are the ones every pillar-csi binary uses for the same setting;
 // -endpoint is the old name of -csi-endpoint, kept for one release.
