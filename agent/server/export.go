@@ -384,21 +384,25 @@ func (s *Server) changeHosts(ctx context.Context, op, id, nqn, host string, pt *
 }
 
 // ListExports lists the pillar-owned exports on the node.
-func (s *Server) ListExports(ctx context.Context, _ *agentv1.ListExportsRequest) (*agentv1.ListExportsResponse, error) {
+func (s *Server) ListExports(ctx context.Context, req *agentv1.ListExportsRequest) (*agentv1.ListExportsResponse, error) {
 	st, err := s.nvmet.Read(ctx)
 	if err != nil {
 		return nil, toStatus(ctx, "ListExports", "", err)
 	}
 	s.noteExports(st)
-	resp := &agentv1.ListExportsResponse{}
+	var all []*agentv1.Export
 	for _, sub := range st.Subsystems {
 		if id, ok := ownedVolumeID(sub.NQN); ok {
 			e, _ := st.Export(sub.NQN)
-			resp.Exports = append(resp.Exports, exportProto(id, e))
+			all = append(all, exportProto(id, e))
 		}
 	}
-	slices.SortFunc(resp.Exports, func(a, b *agentv1.Export) int { return strings.Compare(a.VolumeId, b.VolumeId) })
-	return resp, nil
+	slices.SortFunc(all, func(a, b *agentv1.Export) int { return strings.Compare(a.VolumeId, b.VolumeId) })
+	exports, next, err := page("ListExports", all, (*agentv1.Export).GetVolumeId, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ListExportsResponse{Exports: exports, NextPageToken: next}, nil
 }
 
 // revalidate asks nvmet to re-read the size of an exported volume's

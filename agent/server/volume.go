@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
@@ -180,12 +182,17 @@ func (s *Server) ListVolumes(ctx context.Context, req *agentv1.ListVolumesReques
 	if err != nil {
 		return nil, toStatus(ctx, "ListVolumes "+spec.String(), "", err)
 	}
-	resp := &agentv1.ListVolumesResponse{}
+	all := make([]*agentv1.Volume, 0, len(vols))
 	for _, v := range vols {
 		s.noteVolume(v.ID, true)
-		resp.Volumes = append(resp.Volumes, volumeProto(v.ID, &v))
+		all = append(all, volumeProto(v.ID, &v))
 	}
-	return resp, nil
+	slices.SortFunc(all, func(a, b *agentv1.Volume) int { return strings.Compare(a.VolumeId, b.VolumeId) })
+	volumes, next, err := page("ListVolumes", all, (*agentv1.Volume).GetVolumeId, req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	return &agentv1.ListVolumesResponse{Volumes: volumes, NextPageToken: next}, nil
 }
 
 // sized validates a request that sizes a volume and returns its store's

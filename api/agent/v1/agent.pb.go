@@ -1970,11 +1970,18 @@ func (*DenyHostResponse) Descriptor() ([]byte, []int) {
 	return file_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
-// ListVolumesRequest names a store.
+// ListVolumesRequest names a store and a page.
 type ListVolumesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The store to list.
-	Store         *Store `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
+	Store *Store `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
+	// At most this many volumes; 0 means MaxListPageSize, and more is
+	// refused (INVALID_ARGUMENT).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Empty for the first page, else the next_page_token of the previous
+	// one. Volumes created or deleted between pages may or may not appear;
+	// none is listed twice.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2016,11 +2023,28 @@ func (x *ListVolumesRequest) GetStore() *Store {
 	return nil
 }
 
+func (x *ListVolumesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListVolumesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListVolumesResponse lists volumes.
 type ListVolumesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The store's pillar-csi volumes, ordered by volume ID.
-	Volumes       []*Volume `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// One page of the store's pillar-csi volumes, ordered by volume ID.
+	Volumes []*Volume `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	// Set when more volumes may follow: pass it as page_token. Empty on the
+	// last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2062,9 +2086,22 @@ func (x *ListVolumesResponse) GetVolumes() []*Volume {
 	return nil
 }
 
-// ListExportsRequest is empty.
+func (x *ListVolumesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// ListExportsRequest names a page.
 type ListExportsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many exports; 0 means MaxListPageSize, and more is
+	// refused (INVALID_ARGUMENT).
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Empty for the first page, else the next_page_token of the previous
+	// one, as for ListVolumes.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2099,11 +2136,28 @@ func (*ListExportsRequest) Descriptor() ([]byte, []int) {
 	return file_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
+func (x *ListExportsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListExportsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 // ListExportsResponse lists exports.
 type ListExportsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The node's pillar-owned exports, ordered by volume ID.
-	Exports       []*Export `protobuf:"bytes,1,rep,name=exports,proto3" json:"exports,omitempty"`
+	// One page of the node's pillar-owned exports, ordered by volume ID.
+	Exports []*Export `protobuf:"bytes,1,rep,name=exports,proto3" json:"exports,omitempty"`
+	// Set when more exports may follow: pass it as page_token. Empty on the
+	// last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2143,6 +2197,13 @@ func (x *ListExportsResponse) GetExports() []*Export {
 		return x.Exports
 	}
 	return nil
+}
+
+func (x *ListExportsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // DesiredExport is one export as the controller wants it.
@@ -2593,14 +2654,22 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12#\n" +
 	"\rsubsystem_nqn\x18\x03 \x01(\tR\fsubsystemNqn\x12\x19\n" +
 	"\bhost_nqn\x18\x04 \x01(\tR\ahostNqn\"\x12\n" +
-	"\x10DenyHostResponse\"B\n" +
+	"\x10DenyHostResponse\"~\n" +
 	"\x12ListVolumesRequest\x12,\n" +
-	"\x05store\x18\x01 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\"H\n" +
+	"\x05store\x18\x01 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"p\n" +
 	"\x13ListVolumesResponse\x121\n" +
-	"\avolumes\x18\x01 \x03(\v2\x17.pillar.agent.v1.VolumeR\avolumes\"\x14\n" +
-	"\x12ListExportsRequest\"H\n" +
+	"\avolumes\x18\x01 \x03(\v2\x17.pillar.agent.v1.VolumeR\avolumes\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"P\n" +
+	"\x12ListExportsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"p\n" +
 	"\x13ListExportsResponse\x121\n" +
-	"\aexports\x18\x01 \x03(\v2\x17.pillar.agent.v1.ExportR\aexports\"\xbf\x02\n" +
+	"\aexports\x18\x01 \x03(\v2\x17.pillar.agent.v1.ExportR\aexports\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbf\x02\n" +
 	"\rDesiredExport\x12B\n" +
 	"\rfencing_token\x18\x01 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\ffencingToken\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12,\n" +

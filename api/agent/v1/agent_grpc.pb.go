@@ -151,12 +151,16 @@ type AgentServiceClient interface {
 	// exported, is reported denied.
 	// Codes: the common ones.
 	DenyHost(ctx context.Context, in *DenyHostRequest, opts ...grpc.CallOption) (*DenyHostResponse, error)
-	// ListVolumes lists the pillar-csi volumes of one store. Read-only.
-	// Codes: the common ones.
+	// ListVolumes lists the pillar-csi volumes of one store, a page at a
+	// time (a response stays under MaxMessageSize however many volumes the
+	// store holds). Read-only.
+	// Codes: the common ones; INVALID_ARGUMENT for a page size above
+	// MaxListPageSize or a token that no page returned.
 	ListVolumes(ctx context.Context, in *ListVolumesRequest, opts ...grpc.CallOption) (*ListVolumesResponse, error)
 	// ListExports lists the pillar-owned exports on the node (subsystems
-	// whose NQN has the api/export prefix). Read-only.
-	// Codes: the common ones.
+	// whose NQN has the api/export prefix), a page at a time, as
+	// ListVolumes. Read-only.
+	// Codes: as ListVolumes.
 	ListExports(ctx context.Context, in *ListExportsRequest, opts ...grpc.CallOption) (*ListExportsResponse, error)
 	// Reconcile pushes the full desired export state of the node, after an
 	// agent restart or a storage-node reboot (which empties configfs). Each
@@ -423,12 +427,16 @@ type AgentServiceServer interface {
 	// exported, is reported denied.
 	// Codes: the common ones.
 	DenyHost(context.Context, *DenyHostRequest) (*DenyHostResponse, error)
-	// ListVolumes lists the pillar-csi volumes of one store. Read-only.
-	// Codes: the common ones.
+	// ListVolumes lists the pillar-csi volumes of one store, a page at a
+	// time (a response stays under MaxMessageSize however many volumes the
+	// store holds). Read-only.
+	// Codes: the common ones; INVALID_ARGUMENT for a page size above
+	// MaxListPageSize or a token that no page returned.
 	ListVolumes(context.Context, *ListVolumesRequest) (*ListVolumesResponse, error)
 	// ListExports lists the pillar-owned exports on the node (subsystems
-	// whose NQN has the api/export prefix). Read-only.
-	// Codes: the common ones.
+	// whose NQN has the api/export prefix), a page at a time, as
+	// ListVolumes. Read-only.
+	// Codes: as ListVolumes.
 	ListExports(context.Context, *ListExportsRequest) (*ListExportsResponse, error)
 	// Reconcile pushes the full desired export state of the node, after an
 	// agent restart or a storage-node reboot (which empties configfs). Each

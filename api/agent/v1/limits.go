@@ -6,3 +6,9 @@ package agentv1
 // follows the request's: Reconcile is sent in batches
 // (ReconcileRequest.Partial) for a node with more exports than fit.
 const MaxMessageSize = 4 << 20
+
+// MaxListPageSize is the most entries one ListVolumes or ListExports
+// response holds; a request may ask for fewer. The agent also ends a page
+// early when its entries reach three quarters of MaxMessageSize (an
+// export allowed to many hosts is large), so a page always fits.
+const MaxListPageSize = 1000
