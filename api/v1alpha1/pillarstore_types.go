@@ -188,3 +188,10 @@ type PillarStoreList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []PillarStore `json:"items"`
 }
+
+// AnnotationAdoptStoreUID, set on a PillarStore to the storeUID of
+// PillarVolumeStates recorded in an earlier store of the same name, lets
+// this store act for those volumes: an operator who recreated a deleted
+// PillarStore on the same agent and pool says so with it
+// (docs/troubleshooting.md, StoreReplaced).
+const AnnotationAdoptStoreUID = "pillar-csi.io/adopt-store-uid"

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // AccessMode is the CSI access mode a volume is published with.
@@ -30,6 +31,7 @@ const (
 // resourceVersion before each publication change.
 //
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.protocolName) || (has(self.protocolName) && self.protocolName == oldSelf.protocolName)",message="protocolName cannot be changed or removed once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.storeUID) || (has(self.storeUID) && self.storeUID == oldSelf.storeUID)",message="storeUID cannot be changed or removed once set: it names the store the volume's data lives in"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.export) || has(self.export)",message="export cannot be removed once recorded: the storage node would keep an export nothing tracks"
 // +kubebuilder:validation:XValidation:rule="!has(self.publications) || size(self.publications) <= 1 || self.publications.all(p, p.accessMode == 'ReadOnlyMany')",message="a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication: the volume can be published read-write to one node only"
 type PillarVolumeStateSpec struct {
@@ -47,6 +49,18 @@ type PillarVolumeStateSpec struct {
 	// +required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="storeName cannot be changed: the volume's data lives in that store"
 	StoreName ObjectName `json:"storeName"`
+
+	// StoreUID is the UID of the PillarStore the volume was created in. A
+	// PillarStore deleted (its in-use finalizer removed by hand) and created
+	// again under the same name is another store, perhaps on another pool
+	// or node: the controller refuses to act on this volume through it
+	// (FailedPrecondition), since a DeleteVolume there would find nothing
+	// and leave the data behind, until the new store is annotated
+	// pillar-csi.io/adopt-store-uid with this UID. Absent on volumes
+	// created before it was recorded (they are matched by name); once set
+	// it cannot change.
+	// +optional
+	StoreUID types.UID `json:"storeUID,omitempty"`
 
 	// ProtocolName is the PillarProtocol the export was made from. Absent on
 	// volumes created before it was recorded; once set it cannot change.

@@ -117,6 +117,8 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: storeName}, &st); err == nil && !st.DeletionTimestamp.IsZero() {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: PillarStore %q is being deleted: it takes no new volume", id, storeName)
 	}
+	// The record names the store by UID too when the store exists now (when
+	// it does not, the create fails at the agent call and is retried).
 	var proto v1alpha1.PillarProtocol
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: protoName}, &proto); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -141,6 +143,7 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 		Spec: v1alpha1.PillarVolumeStateSpec{
 			VolumeID:              id,
 			StoreName:             v1alpha1.ObjectName(storeName),
+			StoreUID:              st.UID,
 			ProtocolName:          v1alpha1.ObjectName(protoName),
 			CapacityBytes:         size,
 			PublicationGeneration: 1,
@@ -173,7 +176,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 	if v.Spec.Export == nil {
 		return nil, errorf(codes.FailedPrecondition, v.Name, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as %s", recoveryDoc)
 	}
-	_, store, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+	_, store, conn, err := s.storeOf(ctx, v)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +274,7 @@ func (s *Service) volumeContext(ctx context.Context, v *v1alpha1.PillarVolumeSta
 		}
 	}
 	if addr.IsUnspecified() {
-		_, _, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+		_, _, conn, err := s.storeOf(ctx, v)
 		if err != nil {
 			return nil, err
 		}

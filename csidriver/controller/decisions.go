@@ -269,18 +269,40 @@ func shared(pubs []v1alpha1.Publication, nqn v1alpha1.NQN) bool {
 	return slices.ContainsFunc(pubs, func(p v1alpha1.Publication) bool { return p.HostNQN == nqn })
 }
 
+// storeRef is a PillarStore and the store an agent is told about.
+type storeRef struct {
+	obj   *v1alpha1.PillarStore
+	proto *agentv1.Store
+}
+
 // storesOn are the stores of agentName that an agent can be told about,
 // by name.
-func storesOn(stores []v1alpha1.PillarStore, agentName string) map[v1alpha1.ObjectName]*agentv1.Store {
-	byName := map[v1alpha1.ObjectName]*agentv1.Store{}
+func storesOn(stores []v1alpha1.PillarStore, agentName string) map[v1alpha1.ObjectName]storeRef {
+	byName := map[v1alpha1.ObjectName]storeRef{}
 	for i := range stores {
 		if st := &stores[i]; string(st.Spec.AgentName) == agentName {
 			if p := agentclient.StoreFor(st); p != nil {
-				byName[v1alpha1.ObjectName(st.Name)] = p
+				byName[v1alpha1.ObjectName(st.Name)] = storeRef{obj: st, proto: p}
 			}
 		}
 	}
 	return byName
+}
+
+// sameStore refuses (FailedPrecondition) a PillarStore that is not the one
+// v was created in: the record names that store by UID, and st, of the same
+// name, has another UID that no pillar-csi.io/adopt-store-uid annotation
+// accepts. A record without a UID (from a release that did not record it)
+// is matched by name.
+func sameStore(v *v1alpha1.PillarVolumeState, st *v1alpha1.PillarStore) error {
+	want := v.Spec.StoreUID
+	if want == "" || st.UID == want || st.Annotations[v1alpha1.AnnotationAdoptStoreUID] == string(want) {
+		return nil
+	}
+	return status.Errorf(codes.FailedPrecondition, "volume %s: PillarStore %q (UID %s) is not the store the volume was created in (UID %s): "+
+		"that store was deleted and this one created under its name, perhaps on another pool or node, so nothing is done through it. "+
+		"If this store names the same agent and pool, annotate it: kubectl annotate pillarstore %s %s=%s (docs/troubleshooting.md, StoreReplaced)",
+		v.Name, st.Name, st.UID, want, st.Name, v1alpha1.AnnotationAdoptStoreUID, want)
 }
 
 // exported reports whether the record states an export that the agent
@@ -290,14 +312,15 @@ func exported(v *v1alpha1.PillarVolumeState) bool {
 }
 
 // pushed is the store under which a recovery pushes v's export, when it
-// does: v is exported in one of stores, and not being deleted (its
-// teardown removes the export; pushing it back would race that).
-func pushed(v *v1alpha1.PillarVolumeState, stores map[v1alpha1.ObjectName]*agentv1.Store) (*agentv1.Store, bool) {
+// does: v is exported in one of stores, which is the store it was created
+// in (sameStore), and not being deleted (its teardown removes the export;
+// pushing it back would race that).
+func pushed(v *v1alpha1.PillarVolumeState, stores map[v1alpha1.ObjectName]storeRef) (*agentv1.Store, bool) {
 	store, ok := stores[v.Spec.StoreName]
-	if !ok || !exported(v) || !v.DeletionTimestamp.IsZero() {
+	if !ok || !exported(v) || !v.DeletionTimestamp.IsZero() || sameStore(v, store.obj) != nil {
 		return nil, false
 	}
-	return store, true
+	return store.proto, true
 }
 
 // desiredExport is a volume's export as its record states it, with the

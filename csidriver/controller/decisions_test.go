@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
@@ -422,8 +423,8 @@ func TestStoresOn(t *testing.T) {
 			t.Errorf("storesOn(%s) = %v, want %v", c.agent, names, c.want)
 		}
 		for name, st := range got {
-			if st.GetName() != string(name) {
-				t.Errorf("storesOn(%s)[%s] names %q", c.agent, name, st.GetName())
+			if st.proto.GetName() != string(name) || st.obj.Name != string(name) {
+				t.Errorf("storesOn(%s)[%s] names %q (%s)", c.agent, name, st.proto.GetName(), st.obj.Name)
 			}
 		}
 	}
@@ -431,9 +432,9 @@ func TestStoresOn(t *testing.T) {
 
 func TestPushed(t *testing.T) {
 	tank := &agentv1.Store{Name: "tank"}
-	stores := map[v1alpha1.ObjectName]*agentv1.Store{"tank": tank}
+	stores := map[v1alpha1.ObjectName]storeRef{"tank": {obj: &v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: "tank", UID: "uid-tank"}}, proto: tank}}
 	rec := func(store string, export, exported, deleting bool) *v1alpha1.PillarVolumeState {
-		v := &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: volID}, Spec: v1alpha1.PillarVolumeStateSpec{StoreName: v1alpha1.ObjectName(store)}}
+		v := &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: volID}, Spec: v1alpha1.PillarVolumeStateSpec{StoreName: v1alpha1.ObjectName(store), StoreUID: "uid-tank"}}
 		if export {
 			v.Spec.Export = &v1alpha1.ExportSpec{BindAddress: "192.0.2.10", Port: 4420, ACLEnabled: ptr.To(true)}
 		}
@@ -455,6 +456,18 @@ func TestPushed(t *testing.T) {
 		// ExportSpecMissing: the controller never guesses an export.
 		{"no export spec", rec("tank", false, true, false), false},
 		{"being deleted", rec("tank", true, true, true), false},
+		// The store of that name is another one now: its pool may not hold
+		// the volume.
+		{"created in a replaced store", func() *v1alpha1.PillarVolumeState {
+			v := rec("tank", true, true, false)
+			v.Spec.StoreUID = "uid-old-tank"
+			return v
+		}(), false},
+		{"recorded without a store UID", func() *v1alpha1.PillarVolumeState {
+			v := rec("tank", true, true, false)
+			v.Spec.StoreUID = ""
+			return v
+		}(), true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			st, ok := pushed(c.v, stores)
@@ -465,6 +478,41 @@ func TestPushed(t *testing.T) {
 	}
 	if exported(nil) {
 		t.Error("a record that is gone is exported")
+	}
+}
+
+func TestSameStore(t *testing.T) {
+	store := func(uid, adopt string) *v1alpha1.PillarStore {
+		st := &v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: "tank", UID: types.UID(uid)}}
+		if adopt != "" {
+			st.Annotations = map[string]string{v1alpha1.AnnotationAdoptStoreUID: adopt}
+		}
+		return st
+	}
+	rec := func(uid string) *v1alpha1.PillarVolumeState {
+		return &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: volID}, Spec: v1alpha1.PillarVolumeStateSpec{StoreName: "tank", StoreUID: types.UID(uid)}}
+	}
+	for _, c := range []struct {
+		name string
+		v    *v1alpha1.PillarVolumeState
+		st   *v1alpha1.PillarStore
+		ok   bool
+	}{
+		{"the store it was created in", rec("u1"), store("u1", ""), true},
+		{"a record of an older release, matched by name", rec(""), store("u2", ""), true},
+		{"a store recreated under the name", rec("u1"), store("u2", ""), false},
+		{"a recreated store that adopts the volume's store", rec("u1"), store("u2", "u1"), true},
+		{"a recreated store that adopts another", rec("u1"), store("u2", "u0"), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := sameStore(c.v, c.st)
+			if (err == nil) != c.ok {
+				t.Fatalf("sameStore = %v, want ok %v", err, c.ok)
+			}
+			if err != nil && (status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "kubectl annotate pillarstore tank pillar-csi.io/adopt-store-uid=u1")) {
+				t.Errorf("the refusal %v is not FAILED_PRECONDITION with the command that adopts", err)
+			}
+		})
 	}
 }
 

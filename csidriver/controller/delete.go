@@ -62,7 +62,7 @@ func (s *Service) deleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 
 // teardown undoes what the record shows done, then drops the finalizer.
 func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) error {
-	_, store, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+	_, store, conn, err := s.storeOf(ctx, v)
 	if err != nil {
 		return err
 	}

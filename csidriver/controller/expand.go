@@ -48,7 +48,7 @@ func (s *Service) controllerExpandVolume(ctx context.Context, req *csi.Controlle
 		if err != nil {
 			return err
 		}
-		_, store, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+		_, store, conn, err := s.storeOf(ctx, v)
 		if err != nil {
 			return err
 		}

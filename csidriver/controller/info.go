@@ -76,7 +76,7 @@ func (s *Service) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) 
 		}
 		return &csi.GetCapacityResponse{AvailableCapacity: sum}, nil
 	}
-	_, store, conn, err := s.storeOf(ctx, v1alpha1.ObjectName(name))
+	_, store, conn, err := s.storeNamed(ctx, v1alpha1.ObjectName(name))
 	if err != nil {
 		var se interface{ GRPCStatus() *status.Status }
 		if errors.As(err, &se) && se.GRPCStatus().Code() == codes.FailedPrecondition {

@@ -62,7 +62,7 @@ func (s *Service) controllerPublishVolume(ctx context.Context, req *csi.Controll
 		if !*v.Spec.Export.ACLEnabled {
 			return nil
 		}
-		_, _, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+		_, _, conn, err := s.storeOf(ctx, v)
 		if err != nil {
 			return err
 		}
@@ -115,7 +115,7 @@ func (s *Service) controllerUnpublishVolume(ctx context.Context, req *csi.Contro
 			return err
 		}
 		if aclEnabled(v) {
-			_, _, conn, err := s.storeOf(ctx, v.Spec.StoreName)
+			_, _, conn, err := s.storeOf(ctx, v)
 			if err != nil {
 				return err
 			}

@@ -97,8 +97,22 @@ func (s *Service) getVolume(ctx context.Context, id string) (*v1alpha1.PillarVol
 	return &v, nil
 }
 
-// storeOf reads the volume's store, its agent and the agent's connection.
-func (s *Service) storeOf(ctx context.Context, name v1alpha1.ObjectName) (*v1alpha1.PillarStore, *agentv1.Store, *agentclient.Conn, error) {
+// storeOf reads the volume's store, its agent and the agent's connection,
+// and refuses a store that is not the one the volume was created in.
+func (s *Service) storeOf(ctx context.Context, v *v1alpha1.PillarVolumeState) (*v1alpha1.PillarStore, *agentv1.Store, *agentclient.Conn, error) {
+	st, proto, conn, err := s.storeNamed(ctx, v.Spec.StoreName)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := sameStore(v, st); err != nil {
+		return nil, nil, nil, err
+	}
+	return st, proto, conn, nil
+}
+
+// storeNamed is the PillarStore name, the store the agent is told about,
+// and the connection to its agent.
+func (s *Service) storeNamed(ctx context.Context, name v1alpha1.ObjectName) (*v1alpha1.PillarStore, *agentv1.Store, *agentclient.Conn, error) {
 	var st v1alpha1.PillarStore
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: string(name)}, &st); err != nil {
 		if apierrors.IsNotFound(err) {

@@ -790,3 +790,67 @@ func TestLastFailure(t *testing.T) {
 		t.Errorf("lastFailure after an ABORTED call = %+v, want none", lf)
 	}
 }
+
+// TestStoreReplaced deletes a volume's PillarStore and creates another
+// under its name: the controller refuses to act on the volume through it,
+// the record and the backend volume stay, until the new store adopts the
+// old one's UID. The record's storeUID cannot change.
+func TestStoreReplaced(t *testing.T) {
+	needServer(t)
+	ctx := context.Background()
+	s := newService(t)
+	const name = "replaced"
+	newStore := func() *v1alpha1.PillarStore {
+		st := &v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.PillarStoreSpec{AgentName: "storage-1", Type: v1alpha1.BackendZFS,
+			ZFS: &v1alpha1.ZFSStore{Pool: "tank"}}}
+		if err := cluster.Admin.Create(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	old := newStore()
+	id := uniq("pvc-replaced")
+	req := createReq(id, 8<<20)
+	req.Parameters[v1alpha1.StorageClassParamStore] = name
+	if _, err := s.CreateVolume(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	if v := record(t, id); v.Spec.StoreUID != old.UID {
+		t.Fatalf("the record names store UID %q, want %q", v.Spec.StoreUID, old.UID)
+	}
+	if err := cluster.Admin.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	var cur *v1alpha1.PillarStore
+	eventually(t, func() error { // the old one may still be going
+		st := &v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: old.Spec}
+		if err := cluster.Admin.Create(ctx, st); err != nil {
+			return err
+		}
+		cur = st
+		return nil
+	})
+
+	_, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	wantCode(t, "DeleteVolume through the replaced store", err, codes.FailedPrecondition,
+		"is not the store the volume was created in", "kubectl annotate pillarstore replaced pillar-csi.io/adopt-store-uid="+string(old.UID))
+	if _, ok := agent.Volumes()[id]; !ok {
+		t.Error("the backend volume is gone, though the store was refused")
+	}
+	v := record(t, id)
+	v.Spec.StoreUID = cur.UID
+	if err := cluster.Admin.Update(ctx, v); !apierrors.IsInvalid(err) {
+		t.Errorf("changing the record's storeUID: %v, want Invalid", err)
+	}
+
+	cur.Annotations = map[string]string{v1alpha1.AnnotationAdoptStoreUID: string(old.UID)}
+	if err := cluster.Admin.Update(ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatalf("DeleteVolume through the adopting store: %v", err)
+	}
+	if _, ok := agent.Volumes()[id]; ok {
+		t.Error("the backend volume is still there")
+	}
+}
