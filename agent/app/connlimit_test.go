@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
+
+	"github.com/pillar-csi/pillar-csi/agent/internal/syncbuf"
 )
 
 // dialFrom connects to addr from the loopback address local (any of
@@ -47,7 +49,7 @@ func TestLimitListener(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	ln := newLimitListener(raw, 2, 3, slog.New(slog.NewJSONHandler(logs, nil)))
 	defer ln.Close()
 	accepted := make(chan net.Conn, 16)

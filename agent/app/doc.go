@@ -76,7 +76,11 @@
 // present a certificate that chains to the CA file
 // (tls.RequireAndVerifyClientCert): a client without one, with one from
 // another CA, with an expired one, or speaking plaintext is refused during
-// the handshake. TLS 1.2 is the minimum; Go clients negotiate TLS 1.3.
+// the handshake. With -tls-client-name the certificate must also carry
+// that name (its common name or a DNS name): another certificate of the
+// same CA (a tenant's, another component's) is refused in the handshake,
+// and the refusal logged with the peer's address. TLS 1.2 is the minimum;
+// Go clients negotiate TLS 1.3.
 //
 // Material that cannot work stops the agent at start-up, before the fencing
 // store is opened, with an error naming the file: unreadable, not PEM, key

@@ -75,6 +75,10 @@ type Options struct {
 	// TLS names the server certificate, key and client CA files: all three
 	// turn mutual TLS on, none leaves gRPC in plaintext.
 	TLS tlsconfig.Files
+	// TLSClientName, with mutual TLS, is the name a client certificate
+	// must carry (its common name or a DNS name); empty accepts any
+	// certificate of the CA.
+	TLSClientName string
 	// TokenDir holds the tokens a call must carry one of (every file of
 	// it, as a mounted Secret; agentauth.Accepted). Empty accepts calls
 	// without a token, which only mutual TLS or AllowUnauthenticated
@@ -201,6 +205,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.StringVar(&o.TLS.CertFile, "tls-cert-file", "", "PEM server certificate `file` (with -tls-key-file and -tls-ca-file: mutual TLS; default: plaintext)")
 	fs.StringVar(&o.TLS.KeyFile, "tls-key-file", "", "PEM private key `file` of the server certificate")
 	fs.StringVar(&o.TLS.CAFile, "tls-ca-file", "", "PEM CA bundle `file` that client certificates must chain to")
+	fs.StringVar(&o.TLSClientName, "tls-client-name", "", "`name` a client certificate must carry, as its common name or a DNS name, besides chaining to -tls-ca-file (the chart sets pillar-controller's); empty accepts every certificate of the CA")
 	fs.StringVar(&o.TokenDir, "token-dir", "", "`directory` whose every file is a token a call may carry (the chart mounts the agent-token Secret there); required without mutual TLS")
 	fs.BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", false, "serve plaintext gRPC without -token-dir: any client that reaches the port may create, export and destroy volumes (a lab on loopback only)")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
@@ -251,6 +256,9 @@ func (o Options) Validate() error {
 			flags[i] = "-tls-" + n + "-file"
 		}
 		return fmt.Errorf("-tls-cert-file, -tls-key-file and -tls-ca-file go together: %s missing", strings.Join(flags, " and "))
+	}
+	if o.TLSClientName != "" && !o.TLSEnabled() {
+		return errors.New("-tls-client-name: needs mutual TLS (-tls-cert-file, -tls-key-file and -tls-ca-file): without it no client certificate is asked for")
 	}
 	if o.ShutdownGracePeriod < 0 {
 		return fmt.Errorf("-shutdown-grace-period: %v is negative", o.ShutdownGracePeriod)

@@ -51,7 +51,7 @@ func TestParseFlagsEverything(t *testing.T) {
 	o, err := ParseFlags([]string{
 		"-listen-address", "10.0.0.5:7000", "-node-name", "n2", "-generations-dir", "/g", "-configfs-root", "/c",
 		"-metrics-address", "", "-log-level", "debug", "-log-format", "text",
-		"-tls-cert-file", "/t/crt", "-tls-key-file", "/t/key", "-tls-ca-file", "/t/ca",
+		"-tls-cert-file", "/t/crt", "-tls-key-file", "/t/key", "-tls-ca-file", "/t/ca", "-tls-client-name", "pillar-controller",
 		"-shutdown-grace-period", "3s", "-command-timeout", "1m", "-readiness-interval", "1s", "-store-concurrency", "2",
 		"-host-root", "/host", "-lvm-reject", "^/dev/zd", "-lvm-reject", "^/dev/nvme",
 	}, env(map[string]string{"NODE_NAME": "from-env"}), nil)
@@ -60,7 +60,7 @@ func TestParseFlagsEverything(t *testing.T) {
 	}
 	if o.ListenAddress != "10.0.0.5:7000" || o.NodeName != "n2" || o.GenerationsDir != "/g" || o.ConfigfsRoot != "/c" ||
 		o.MetricsAddress != "" || o.LogLevel != slog.LevelDebug || o.LogFormat != "text" || !o.TLSEnabled() ||
-		o.TLS.CAFile != "/t/ca" || o.ShutdownGracePeriod != 3*time.Second || o.CommandTimeout != time.Minute || o.ReadinessInterval != time.Second ||
+		o.TLS.CAFile != "/t/ca" || o.TLSClientName != "pillar-controller" || o.ShutdownGracePeriod != 3*time.Second || o.CommandTimeout != time.Minute || o.ReadinessInterval != time.Second ||
 		o.StoreConcurrency != 2 || o.HostRoot != "/host" || !slices.Equal(o.LVMReject, []string{"^/dev/zd", "^/dev/nvme"}) {
 		t.Fatalf("parsed %+v", o)
 	}
@@ -89,6 +89,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{withNode("-tls-cert-file", "/a"), "-tls-key-file and -tls-ca-file missing"},
 		{withNode("-tls-cert-file", "/a", "-tls-key-file", "/b"), ": -tls-ca-file missing"},
 		{withNode("-tls-ca-file", "/c"), "-tls-cert-file and -tls-key-file missing"},
+		{withNode("-tls-client-name", "pillar-controller", "-token-dir", "/t"), "-tls-client-name: needs mutual TLS"},
 		{withNode("-no-such-flag"), "flag provided but not defined: -no-such-flag"},
 		{withNode("serve"), "unexpected argument \"serve\""},
 		{[]string{"-node-name", "a b"}, "is not a node name"},

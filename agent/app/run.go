@@ -144,7 +144,7 @@ func run(ctx context.Context, opts Options, newService newServiceFunc) (err erro
 		notAft func() time.Time
 	)
 	if opts.TLSEnabled() {
-		certs, err = tlsconfig.New(opts.TLS, tlsconfig.Options{Logger: logger.With("component", "tls")})
+		certs, err = tlsconfig.New(opts.TLS, tlsconfig.Options{Logger: logger.With("component", "tls"), ClientName: opts.TLSClientName})
 		if err != nil {
 			return fmt.Errorf("pillar-agent: mutual TLS: %w", err)
 		}

@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 
+	"github.com/pillar-csi/pillar-csi/agent/internal/syncbuf"
 	"github.com/pillar-csi/pillar-csi/agent/internal/testpki"
 	"github.com/pillar-csi/pillar-csi/agent/server"
 )
@@ -91,26 +90,9 @@ func (f *fakeService) CreateVolume(ctx context.Context, req *agentv1.CreateVolum
 type agent struct {
 	grpcAddr, httpAddr string
 	svc                *fakeService
-	logs               *syncBuffer
+	logs               *syncbuf.Buffer
 	cancel             context.CancelFunc
 	done               chan error
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func testOptions() Options {
@@ -131,7 +113,7 @@ func testOptions() Options {
 // has not returned by the end of the test.
 func start(t *testing.T, o Options, svc *fakeService) *agent {
 	t.Helper()
-	a := &agent{svc: svc, logs: &syncBuffer{}, done: make(chan error, 1)}
+	a := &agent{svc: svc, logs: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	o.LogOutput = a.logs
 	bound := make(chan struct{})
 	o.listening = func(g, h net.Addr) {

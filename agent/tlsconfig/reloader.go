@@ -67,6 +67,12 @@ type Options struct {
 	Now func() time.Time
 	// RecheckInterval overrides DefaultRecheckInterval.
 	RecheckInterval time.Duration
+	// ClientName, when set, is the identity a client certificate must
+	// carry besides chaining to the CA: its subject common name or one of
+	// its DNS names. A certificate of the same CA issued to anything else
+	// (another component, a tenant's workload) is refused in the
+	// handshake. Empty accepts every certificate of the CA.
+	ClientName string
 }
 
 // Reloader serves a server's TLS material from files that may be replaced
@@ -78,6 +84,8 @@ type Reloader struct {
 	logger  *slog.Logger
 	now     func() time.Time
 	recheck time.Duration
+	// clientName is Options.ClientName.
+	clientName string
 
 	// cur is read lock-free on every handshake.
 	cur atomic.Pointer[material]
@@ -119,7 +127,7 @@ func New(files Files, opts Options) (*Reloader, error) {
 	if m := files.Missing(); len(m) > 0 {
 		return nil, &Error{Op: "configure", Path: strings.Join(m, ","), Err: errors.New("certificate, key and CA files are all required")}
 	}
-	r := &Reloader{files: files, logger: opts.Logger, now: opts.Now, recheck: opts.RecheckInterval}
+	r := &Reloader{files: files, logger: opts.Logger, now: opts.Now, recheck: opts.RecheckInterval, clientName: opts.ClientName}
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
@@ -146,13 +154,32 @@ func New(files Files, opts Options) (*Reloader, error) {
 // ServerConfig returns the configuration to hand to the TLS server (for
 // gRPC, credentials.NewTLS). Every handshake gets the material the files
 // hold at that moment; client certificates are required and verified
-// against the CA file; TLS 1.2 is the minimum (Go negotiates 1.3 whenever
+// against the CA file, and must carry Options.ClientName when it is set
+// (a refusal is logged with the peer's address); TLS 1.2 is the minimum (Go negotiates 1.3 whenever
 // the client offers it).
 func (r *Reloader) ServerConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			return r.config(), nil
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			c := r.config()
+			if r.clientName == "" {
+				return c, nil
+			}
+			// The check of the client's name, with the peer's address for
+			// the log of a refusal.
+			c = c.Clone()
+			peer := "unknown"
+			if hello.Conn != nil {
+				peer = hello.Conn.RemoteAddr().String()
+			}
+			c.VerifyConnection = func(cs tls.ConnectionState) error {
+				err := r.checkClientName(cs)
+				if err != nil {
+					r.logger.Warn("TLS client refused", "peer", peer, "error", err)
+				}
+				return err
+			}
+			return c, nil
 		},
 	}
 }
@@ -342,6 +369,35 @@ func (r *Reloader) build(raw rawFiles) (*material, error) {
 			SessionTicketsDisabled: true,
 		},
 	}, nil
+}
+
+// checkClientName refuses a verified client certificate that does not
+// carry the configured client name (none configured: every one passes).
+func (r *Reloader) checkClientName(cs tls.ConnectionState) error {
+	if r.clientName == "" {
+		return nil
+	}
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("tls: no client certificate")
+	}
+	if leaf := cs.PeerCertificates[0]; !carriesName(leaf, r.clientName) {
+		return fmt.Errorf("tls: client certificate %q (DNS names %v) is not %q's: the agent accepts only that client", leaf.Subject.CommonName, leaf.DNSNames, r.clientName)
+	}
+	return nil
+}
+
+// carriesName reports whether cert names name in its subject common name
+// or its DNS names.
+func carriesName(cert *x509.Certificate, name string) bool {
+	if cert.Subject.CommonName == name {
+		return true
+	}
+	for _, n := range cert.DNSNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 func hasPEM(b []byte, typeSuffix string) bool {

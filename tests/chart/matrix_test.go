@@ -638,7 +638,7 @@ func checkAgent(t *testing.T, r *rendered, n objectNames, tlsSecret string, lvmR
 		}
 		return
 	}
-	for _, a := range tlsArgs {
+	for _, a := range append(tlsArgs, "-tls-client-name=pillar-controller") {
 		wantArg(t, c.Name, c.Args, a)
 	}
 	v := volume(t, pod.Volumes, "tls")
@@ -735,6 +735,7 @@ func checkCertManager(t *testing.T, r *rendered) {
 	type cert struct {
 		Spec struct {
 			IsCA        bool     `json:"isCA"`
+			CommonName  string   `json:"commonName"`
 			SecretName  string   `json:"secretName"`
 			DNSNames    []string `json:"dnsNames"`
 			IPAddresses []string `json:"ipAddresses"`
@@ -777,6 +778,11 @@ func checkCertManager(t *testing.T, r *rendered) {
 	client := loose("pillar-csi-controller-client-tls")
 	if client.Spec.SecretName != "pillar-csi-controller-client-tls" || client.Spec.IssuerRef.Name != "pillar-csi-ca" || !slices.Contains(client.Spec.Usages, "client auth") {
 		t.Errorf("controller Certificate %+v", client.Spec)
+	}
+	// The agents require the client name (tls.clientName) the
+	// controller's certificate carries.
+	if client.Spec.CommonName != "pillar-controller" || !slices.Equal(client.Spec.DNSNames, []string{"pillar-controller"}) {
+		t.Errorf("controller certificate: common name %q, DNS names %v; want pillar-controller", client.Spec.CommonName, client.Spec.DNSNames)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -148,6 +149,19 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := agentv1.NewAgentServiceClient(conn).GetAgentInfo(cctx, &agentv1.GetAgentInfoRequest{}); err == nil {
 		t.Error("the mutual-TLS agent answered a plaintext GetAgentInfo")
 	}
+	// Nor does it answer a certificate of its CA issued to another name
+	// than -tls-client-name, even with the installation's token.
+	stranger, err := grpc.NewClient(a.addr(), grpc.WithTransportCredentials(credentials.NewTLS(p.tlsAs(p.strangerCert, p.strangerKey))),
+		grpc.WithPerRPCCredentials(l.token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	_, err = agentv1.NewAgentServiceClient(stranger).GetAgentInfo(cctx, &agentv1.GetAgentInfoRequest{})
+	if err == nil {
+		t.Error("the agent answered a client certificate of its CA issued to tenant-workload, not pillar-controller")
+	}
+	t.Logf("a certificate of the same CA for another name: %v", err)
 }
 
 // checkAgentStatus compares a Ready PillarAgent's status with what the

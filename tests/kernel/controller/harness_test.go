@@ -455,7 +455,8 @@ func startAgent(t testing.TB, l *lab, node string, pki *pki) *agent {
 		"-node-name", node, "-generations-dir", filepath.Join(t.TempDir(), "generations"), "-token-dir", l.tokenDir,
 		"-log-level", "debug", "-log-format", "text", "-readiness-interval", "2s"}
 	if pki != nil {
-		a.args = append(a.args, "-tls-cert-file", pki.serverCert, "-tls-key-file", pki.serverKey, "-tls-ca-file", pki.caFile)
+		a.args = append(a.args, "-tls-cert-file", pki.serverCert, "-tls-key-file", pki.serverKey, "-tls-ca-file", pki.caFile,
+			"-tls-client-name", "pillar-controller")
 		a.creds = credentials.NewTLS(pki.clientTLS())
 	}
 	conn, err := grpc.NewClient(a.addr(), grpc.WithTransportCredentials(a.creds), grpc.WithPerRPCCredentials(l.token))
@@ -526,6 +527,9 @@ func (a *agent) kill() { a.proc.kill() }
 type pki struct {
 	caFile, serverCert, serverKey string
 	caPEM, clientCert, clientKey  []byte
+	// strangerCert and strangerKey are a client certificate of the same CA
+	// issued to another name than pillar-controller.
+	strangerCert, strangerKey []byte
 }
 
 func newPKI(t testing.TB) *pki {
@@ -573,6 +577,7 @@ func newPKI(t testing.TB) *pki {
 	p := &pki{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
 	serverCert, serverKey := leaf("pillar-agent", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
 	p.clientCert, p.clientKey = leaf("pillar-controller", x509.ExtKeyUsageClientAuth, nil)
+	p.strangerCert, p.strangerKey = leaf("tenant-workload", x509.ExtKeyUsageClientAuth, nil)
 	dir := t.TempDir()
 	p.caFile, p.serverCert, p.serverKey = filepath.Join(dir, "ca.crt"), filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	for f, b := range map[string][]byte{p.caFile: p.caPEM, p.serverCert: serverCert, p.serverKey: serverKey} {
@@ -586,7 +591,12 @@ func newPKI(t testing.TB) *pki {
 // clientTLS is the client side the controller gets from the Secret, for
 // the test's own calls.
 func (p *pki) clientTLS() *tls.Config {
-	pair, err := tls.X509KeyPair(p.clientCert, p.clientKey)
+	return p.tlsAs(p.clientCert, p.clientKey)
+}
+
+// tlsAs is a client side presenting cert and key.
+func (p *pki) tlsAs(cert, key []byte) *tls.Config {
+	pair, err := tls.X509KeyPair(cert, key)
 	if err != nil {
 		panic(err)
 	}
