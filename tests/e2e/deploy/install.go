@@ -111,6 +111,16 @@ func installReplacements(node string, c registryInfo, valuesFiles ...string) []s
 	push := ": the lab imported the images into the guests"
 	if c.repository != "" {
 		push = fmt.Sprintf("SSL_CERT_FILE=%s bin/imagebuild push -images bin/images -registry %s -values %s", c.ca, c.repository, pushValues)
+		// The chart too goes through the registry, as a release's does
+		// (make release): packaged, pushed as an OCI artifact and
+		// installed from there.
+		pkg := fmt.Sprintf("%s/%s-%s.tgz", labChartDir, Release, LabChartVersion)
+		install = fmt.Sprintf("helm package deploy/charts/pillar-csi --version %s -d %s && helm push %s oci://%s --ca-file %s && "+
+			"helm install pillar-csi oci://%s/pillar-csi --version %s --ca-file %s",
+			LabChartVersion, labChartDir, pkg, c.repository, c.ca, c.repository, LabChartVersion, c.ca)
+		for _, f := range valuesFiles {
+			install += " -f " + f
+		}
 		install += " -f " + pushValues
 	}
 	return []string{
@@ -123,6 +133,13 @@ func installReplacements(node string, c registryInfo, valuesFiles ...string) []s
 		"--wait --timeout 10m", "--wait --timeout 20m",
 	}
 }
+
+// LabChartVersion is the version the lab packages the chart with when it
+// installs it from its registry, and labChartDir where the package goes.
+const (
+	LabChartVersion = "0.0.0-lab"
+	labChartDir     = "bin/lab-chart"
+)
 
 // registryInfo is where the install pushes: the lab registry's repository
 // and the CA that proves it; empty without a registry.
@@ -199,6 +216,15 @@ func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer
 			return fmt.Errorf("the README's quickstart install: %w", err)
 		}
 		fmt.Fprintf(log, "every container's image was pulled from %s (container, imageID):\n  %s\n", c.Registry, strings.Join(seen, "\n  "))
+		// And the chart is the package pushed there.
+		chart, err := releaseChart(ctx, c)
+		if err != nil {
+			return fmt.Errorf("the README's quickstart install: %w", err)
+		}
+		if want := Release + "-" + LabChartVersion; chart != want {
+			return fmt.Errorf("the README's quickstart install: release %s runs chart %s, not %s from oci://%s", Release, chart, want, reg.repository)
+		}
+		fmt.Fprintf(log, "release %s runs chart %s, installed from oci://%s/pillar-csi\n", Release, chart, reg.repository)
 	}
 	Show(ctx, c, log, "describe", "pillarstore", "zfs-tank")
 	return nil
@@ -319,6 +345,27 @@ func Installed(ctx context.Context, c *cluster.Cluster) (bool, error) {
 		return false, fmt.Errorf("helm status %s: %w", Release, err)
 	}
 	return releaseDeployed(out)
+}
+
+// releaseChart is the chart (name-version) the release runs.
+func releaseChart(ctx context.Context, c *cluster.Cluster) (string, error) {
+	out, err := c.Helm(ctx, 2*time.Minute, "list", "-n", Namespace, "--filter", "^"+Release+"$", "-o", "json")
+	if err != nil {
+		return "", fmt.Errorf("helm list: %w", err)
+	}
+	return listedChart(out)
+}
+
+// listedChart reads the one release of `helm list -o json`.
+func listedChart(list []byte) (string, error) {
+	var releases []struct{ Name, Chart string }
+	if err := json.Unmarshal(list, &releases); err != nil {
+		return "", fmt.Errorf("helm list: %w", err)
+	}
+	if len(releases) != 1 {
+		return "", fmt.Errorf("helm list: %d releases named %s", len(releases), Release)
+	}
+	return releases[0].Chart, nil
 }
 
 // releaseDeployed reads `helm status -o json`.

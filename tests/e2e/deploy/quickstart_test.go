@@ -24,8 +24,9 @@ func TestQuickstartOfTheREADME(t *testing.T) {
 		}
 		checkFiles(t, root, part, s)
 	}
-	// With the lab registry: the push goes there, with its CA, and the
-	// install uses what it wrote.
+	// With the lab registry: the push goes there, with its CA, the chart
+	// is packaged, pushed and installed from there, with the values the
+	// push wrote.
 	s, err := QuickstartScript(root, QuickstartInstall,
 		installReplacements("lab-node", registryInfo{repository: "192.0.2.1:5000/pillar-csi", ca: "/run/ca.crt"}, "/tmp/values.yaml")...)
 	if err != nil {
@@ -33,7 +34,9 @@ func TestQuickstartOfTheREADME(t *testing.T) {
 	}
 	for _, want := range []string{
 		"SSL_CERT_FILE=/run/ca.crt bin/imagebuild push -images bin/images -registry 192.0.2.1:5000/pillar-csi -values bin/push-values.yaml",
-		"helm install pillar-csi deploy/charts/pillar-csi -f /tmp/values.yaml -f bin/push-values.yaml",
+		"helm package deploy/charts/pillar-csi --version 0.0.0-lab -d bin/lab-chart && " +
+			"helm push bin/lab-chart/pillar-csi-0.0.0-lab.tgz oci://192.0.2.1:5000/pillar-csi --ca-file /run/ca.crt && " +
+			"helm install pillar-csi oci://192.0.2.1:5000/pillar-csi/pillar-csi --version 0.0.0-lab --ca-file /run/ca.crt -f /tmp/values.yaml -f bin/push-values.yaml",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("the lab's install does not run %q:\n%s", want, s)
@@ -102,5 +105,17 @@ func TestQuickstartBlocks(t *testing.T) {
 	}
 	if _, err := QuickstartScript(filepath.Dir(path), QuickstartInstall); err == nil {
 		t.Error("an unterminated block: no error")
+	}
+}
+
+func TestListedChart(t *testing.T) {
+	got, err := listedChart([]byte(`[{"name":"pillar-csi","namespace":"pillar-csi","chart":"pillar-csi-0.0.0-lab","app_version":"0.1.0"}]`))
+	if err != nil || got != "pillar-csi-0.0.0-lab" {
+		t.Errorf("listedChart = %q, %v", got, err)
+	}
+	for _, bad := range []string{`[]`, `[{"chart":"a"},{"chart":"b"}]`, `{`} {
+		if _, err := listedChart([]byte(bad)); err == nil {
+			t.Errorf("listedChart accepted %s", bad)
+		}
 	}
 }
