@@ -117,8 +117,6 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: storeName}, &st); err == nil && !st.DeletionTimestamp.IsZero() {
 		return nil, status.Errorf(codes.FailedPrecondition, "volume %s: PillarStore %q is being deleted: it takes no new volume", id, storeName)
 	}
-	// The record names the store by UID too when the store exists now (when
-	// it does not, the create fails at the agent call and is retried).
 	var proto v1alpha1.PillarProtocol
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: protoName}, &proto); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -141,8 +139,10 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 	v := &v1alpha1.PillarVolumeState{
 		ObjectMeta: metav1.ObjectMeta{Name: id, Finalizers: []string{Finalizer}, Annotations: map[string]string{}},
 		Spec: v1alpha1.PillarVolumeStateSpec{
-			VolumeID:              id,
-			StoreName:             v1alpha1.ObjectName(storeName),
+			VolumeID:  id,
+			StoreName: v1alpha1.ObjectName(storeName),
+			// Empty when the store could not be read: the record is then
+			// matched by name, as one of an earlier release.
 			StoreUID:              st.UID,
 			ProtocolName:          v1alpha1.ObjectName(protoName),
 			CapacityBytes:         size,

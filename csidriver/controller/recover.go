@@ -70,6 +70,13 @@ func (s *Service) PushExports(ctx context.Context, agentName string) (Pushed, er
 		v := &vols.Items[i]
 		store, ok := pushed(v, byName)
 		if !ok {
+			if ref, on := byName[v.Spec.StoreName]; on && exported(v) && v.DeletionTimestamp.IsZero() {
+				if err := sameStore(v, ref.obj); err != nil {
+					// Not pushed through a store it was not created in; the
+					// event on the agent names it.
+					out.Failed[v.Name] = status.Convert(err).Message()
+				}
+			}
 			continue
 		}
 		unlock, err := s.lock(v.Name)

@@ -831,7 +831,16 @@ func TestStoreReplaced(t *testing.T) {
 		return nil
 	})
 
-	_, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
+	// A recovery does not push its export through the replaced store, and
+	// says so.
+	pushed, err := s.PushExports(ctx, "storage-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := pushed.Failed[id]; !strings.Contains(why, "is not the store the volume was created in") {
+		t.Errorf("PushExports: Failed[%s] = %q, want the replaced store named", id, why)
+	}
+	_, err = s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
 	wantCode(t, "DeleteVolume through the replaced store", err, codes.FailedPrecondition,
 		"is not the store the volume was created in", "kubectl annotate pillarstore replaced pillar-csi.io/adopt-store-uid="+string(old.UID))
 	if _, ok := agent.Volumes()[id]; !ok {
