@@ -27,7 +27,19 @@ now() { date +%s; }
 #   name budget start end rc mode
 # (The start is ten digits, so that one name cannot match another that
 # ends with it: kernel-lab and build-kernel-lab.)
-phase_rec() { ls "$PHASE_DIR"/[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]-"$1".rec 2>/dev/null | head -n1; }
+# phase_rec prints the record of NAME, or nothing (and succeeds) when that
+# phase has not begun: a background phase may not have written it yet, and
+# a failing command here would end the run under set -e.
+phase_rec() {
+	local f
+	for f in "$PHASE_DIR"/[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]-"$1".rec; do
+		if [ -e "$f" ]; then
+			echo "$f"
+			return 0
+		fi
+	done
+	return 0
+}
 
 phase_begin() {
 	local name=$1 budget=$2 mode=$3 t
