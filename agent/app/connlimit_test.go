@@ -16,7 +16,7 @@ import (
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 
-	"github.com/pillar-csi/pillar-csi/agent/internal/syncbuf"
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 // dialFrom connects to addr from the loopback address local (any of

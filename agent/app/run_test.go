@@ -24,9 +24,9 @@ import (
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 
-	"github.com/pillar-csi/pillar-csi/agent/internal/syncbuf"
 	"github.com/pillar-csi/pillar-csi/agent/internal/testpki"
 	"github.com/pillar-csi/pillar-csi/agent/server"
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 // fakeService stands in for the agent's AgentService: GetAgentInfo

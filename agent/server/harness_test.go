@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 // harness is a Server on fakes, served over an in-memory gRPC connection
@@ -34,25 +36,14 @@ type harness struct {
 	logs   *logBuffer // the server's JSON log records
 }
 
-// logBuffer collects log output; safe for the server's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+// logBuffer collects the server's log output.
+type logBuffer struct{ syncbuf.Buffer }
 
 // records decodes every log record written so far.
 func (l *logBuffer) records(t *testing.T) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for line := range bytes.Lines(l.b.Bytes()) {
+	for line := range bytes.Lines(l.Bytes()) {
 		var r map[string]any
 		if err := json.Unmarshal(line, &r); err != nil {
 			t.Fatalf("log line %q: %v", line, err)

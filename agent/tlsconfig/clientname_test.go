@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pillar-csi/pillar-csi/agent/internal/syncbuf"
 	"github.com/pillar-csi/pillar-csi/agent/internal/testpki"
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 // TestClientName refuses a client certificate of the right CA that is

@@ -18,13 +18,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/pillar-csi/pillar-csi/api/v1alpha1"
+
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 // replica is one pillar-controller process.
 type replica struct {
 	name    string
 	cmd     *exec.Cmd
-	log     *syncBuffer
+	log     *syncbuf.Buffer
 	metrics string // URL of /metrics
 	ready   string // URL of /readyz
 	health  string // host:port of /healthz and /readyz
@@ -54,7 +56,7 @@ func startReplica(t *testing.T, bin, name, lease string) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &replica{name: name, log: &syncBuffer{}, metrics: "http://" + maddr + "/metrics", ready: "http://" + haddr + "/readyz",
+	r := &replica{name: name, log: &syncbuf.Buffer{}, metrics: "http://" + maddr + "/metrics", ready: "http://" + haddr + "/readyz",
 		health: haddr, csiSock: filepath.Join(t.TempDir(), "csi.sock"), done: make(chan error, 1)}
 	r.cmd = exec.Command(bin, "-namespace", namespace, "-leader-election-id", lease,
 		"-lease-duration", "3s", "-renew-deadline", "2s", "-retry-period", "250ms",

@@ -1,7 +1,6 @@
 package controllerapp_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/csidriver/controllerapp"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/envtestsuite"
+
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 // The tests of this package run pillar-controller against a real
@@ -37,7 +38,7 @@ var (
 	admin      client.Client
 	kubeconfig string // of the controller's user, for the binary
 	serverVer  int    // the API server's minor version
-	logs       = &syncBuffer{}
+	logs       = &syncbuf.Buffer{}
 
 	// The in-process controller of most tests.
 	stopApp    context.CancelFunc
@@ -126,23 +127,6 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // restartLog records OnAgentRestart calls.

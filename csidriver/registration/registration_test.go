@@ -1,7 +1,6 @@
 package registration_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,37 +17,22 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/pillar-csi/pillar-csi/csidriver/registration"
+
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 const hostEndpoint = "/var/lib/kubelet/plugins/pillar-csi.io/csi.sock"
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // running is a Registrar under test.
 type running struct {
 	*registration.Registrar
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	stop func() error // cancels Run and returns its result
 }
 
 func start(t *testing.T, dir string, interval time.Duration) *running {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	r, err := registration.New(registration.Config{Dir: dir, Endpoint: hostEndpoint, CheckInterval: interval,
 		Logger: slog.New(slog.NewJSONHandler(log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {

@@ -8,28 +8,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
-
-// syncBuffer is written by Follow while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func alwaysAlive() error { return nil }
 
@@ -62,7 +45,7 @@ func TestRequestOutputAndStatus(t *testing.T) {
 		if err := ch.Submit(Request{ID: id, Binary: "/bin/sh", Dir: t.TempDir(), Args: []string{"-c", tc.script, "sh", "-test.v"}}); err != nil {
 			t.Fatal(err)
 		}
-		var out syncBuffer
+		var out syncbuf.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		st, err := ch.Follow(ctx, id, &out, 10*time.Millisecond, alwaysAlive)
 		cancel()
@@ -84,7 +67,7 @@ func TestRequestThatCannotStart(t *testing.T) {
 	if err := ch.Submit(Request{ID: "a", Binary: filepath.Join(t.TempDir(), "missing.test")}); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	st, err := ch.Follow(context.Background(), "a", &out, 10*time.Millisecond, alwaysAlive)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +85,7 @@ func TestCancel(t *testing.T) {
 	if err := ch.Submit(Request{ID: "long", Binary: "/bin/sh", Args: []string{"-c", "echo started; sleep 600"}}); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(out.String(), "started") {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

@@ -49,6 +49,8 @@ import (
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
+
+	"github.com/pillar-csi/pillar-csi/api/syncbuf"
 )
 
 const (
@@ -381,7 +383,7 @@ func (l *lab) stop() {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *syncbuf.Buffer
 	done chan struct{}
 	err  error // Wait's result, once done is closed
 }
@@ -390,7 +392,7 @@ type proc struct {
 // a kill reaches the zfs and lvm commands it runs, as a container's end
 // would), env added to the test's environment.
 func startProc(name, path string, env []string, args ...string) (*proc, error) {
-	p := &proc{name: name, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, log: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
@@ -715,29 +717,6 @@ func eventually(t testing.TB, what string, timeout time.Duration, check func() (
 
 func freePort(t testing.TB) int { return fixture.FreeTCPPort(t) }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
-}
-
 // tail is the last n lines of s.
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
@@ -745,8 +724,3 @@ func tail(s string, n int) string {
 }
 
 // From is what was written after the first n bytes.
-func (s *syncBuffer) From(n int) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return string(s.b.Bytes()[min(n, s.b.Len()):])
-}
