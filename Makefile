@@ -184,7 +184,7 @@ lab-provision: pillar-lab ## Install and build what the kernel lab needs (Debian
 # One VM boot runs every package; tests/kernel/controller, csi-sanity
 # against the real stack included, is the longest of them. PKG= and RUN= pick packages and tests
 # (make test-kernel PKG=tests/kernel/smoke RUN=TestSmoke), and then only
-# what those packages read is built.
+# what those packages read is built; SKIP= leaves tests out (-test.skip).
 KERNEL_VM_TIMEOUT  ?= 80m
 KERNEL_PKG_TIMEOUT ?= 45m
 # tests/kernel/controller runs against etcd and kube-apiserver on the host
@@ -197,7 +197,7 @@ kernel-needs = pillar-lab kernel-binaries \
 
 .PHONY: test-kernel kernel-binaries
 test-kernel: $(kernel-needs) ## Run the real-kernel suites inside a Debian kernel under QEMU (needs root); PKG=, RUN= pick packages and tests
-	$(BIN)/pillar-lab test -timeout $(KERNEL_VM_TIMEOUT) -package-timeout $(KERNEL_PKG_TIMEOUT) $(if $(kernel-api),-apiserver) $(if $(RUN),-run '$(RUN)') $(LABFLAGS) $(PKG)
+	$(BIN)/pillar-lab test -timeout $(KERNEL_VM_TIMEOUT) -package-timeout $(KERNEL_PKG_TIMEOUT) $(if $(kernel-api),-apiserver) $(if $(RUN),-run '$(RUN)') $(LABFLAGS) $(PKG) $(if $(SKIP),-- -test.skip '$(SKIP)')
 	$(if $(PKG),,cd tests && PILLAR_LAB_HOST_TESTS=1 GOWORK=off go test -count=1 -run '^TestCheckoutUnderTmp$$' ./kernelvm/)
 
 kernel-binaries:

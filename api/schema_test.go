@@ -213,8 +213,8 @@ func TestCRDsUseOnlyKubernetes125Validation(t *testing.T) {
 		}
 	}
 	files, err := filepath.Glob(filepath.Join("config", "crd", "*.yaml"))
-	if err != nil || len(files) != 5 {
-		t.Fatalf("config/crd: %v, %v; want the 5 CRDs", files, err)
+	if err != nil || len(files) != 6 {
+		t.Fatalf("config/crd: %v, %v; want the 6 CRDs", files, err)
 	}
 	for _, f := range files {
 		plural := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "pillar-csi.io_"), ".yaml")

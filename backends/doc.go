@@ -27,7 +27,7 @@
 //
 // Methods return *Error. When the cause is known its chain wraps one of the
 // sentinel errors (ErrInvalidArgument, ErrNotFound, ErrStoreNotFound,
-// ErrConflict, ErrNoSpace, ErrShrink, ErrBusy, ErrThinPoolNotZeroing); when
+// ErrConflict, ErrNoSpace, ErrShrink, ErrBusy, ErrThinPoolNotZeroing, ErrUnsupported); when
 // a tool failed it also wraps the *command.Error with the command line, exit
 // code and standard error. A failure the backend cannot classify (an unexpected message, a
 // timeout, which also wraps context.DeadlineExceeded) wraps no sentinel.

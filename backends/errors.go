@@ -30,6 +30,9 @@ var (
 	// the rest of the chunk as a deleted volume left it, readable by the
 	// new volume. Fixed on the node with lvchange --zero y VG/POOL.
 	ErrThinPoolNotZeroing = errors.New("thin pool does not zero new blocks")
+	// ErrUnsupported: the store cannot do what was asked (snapshots and
+	// clones of a linear LVM store); the message names the store's type.
+	ErrUnsupported = errors.New("not supported by this store")
 )
 
 // Error is the one error type of the backends. Op is the Backend method
@@ -83,3 +86,7 @@ func IsBusy(err error) bool { return errors.Is(err, ErrBusy) }
 // IsThinPoolNotZeroing reports whether err refuses a thin pool that does not
 // zero the chunks it provisions.
 func IsThinPoolNotZeroing(err error) bool { return errors.Is(err, ErrThinPoolNotZeroing) }
+
+// IsUnsupported reports whether err says that the store cannot do what was
+// asked.
+func IsUnsupported(err error) bool { return errors.Is(err, ErrUnsupported) }

@@ -273,6 +273,50 @@ func (s *Store) DoChecked(ctx context.Context, volumeID string, k Kind, tok Toke
 	return fn(ctx)
 }
 
+// Check is one lifecycle a call of DoCheckedAll is admitted by.
+type Check struct {
+	VolumeID string
+	Kind     Kind
+	Token    Token
+	// Exists is DoChecked's; nil skips rule 19.
+	Exists Exists
+}
+
+// DoCheckedAll is DoChecked for a call that changes several lifecycles at
+// once (a snapshot of a volume, a volume made from a snapshot): it admits
+// every check, in the order given, and runs fn holding every volume's
+// lock. The caller orders the checks the same way in every call (by
+// VolumeID, say), so that two calls never wait for each other in a cycle.
+// A check refused after others were admitted leaves their marks advanced,
+// as a retry of the same tokens would. On a refusal fn does not run and
+// the error is that check's, with refused its index; refused is -1 when
+// every check was admitted (fn's error, or nil).
+func (s *Store) DoCheckedAll(ctx context.Context, checks []Check, fn func(context.Context) error) (refused int, err error) {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	var unlocks []func()
+	defer func() {
+		for i := len(unlocks) - 1; i >= 0; i-- {
+			unlocks[i]()
+		}
+	}()
+	for i, c := range checks {
+		if slices.ContainsFunc(checks[:i], func(o Check) bool { return o.VolumeID == c.VolumeID }) {
+			return i, &Error{Op: "do", VolumeID: c.VolumeID, Reason: ReasonMalformed, Err: errors.New("checked twice in one call")}
+		}
+		op := "do"
+		if c.Kind == KindEnd {
+			op = "do end"
+		}
+		_, unlock, err := s.admit(ctx, op, c.Kind, c.VolumeID, c.Token, c.Exists)
+		if err != nil {
+			return i, err
+		}
+		unlocks = append(unlocks, unlock)
+	}
+	return -1, fn(ctx)
+}
+
 // admit runs the decision table for one request and, if it is accepted,
 // makes the next mark durable. On success the caller holds the volume's
 // lock and must call unlock. The caller holds s.life for reading.

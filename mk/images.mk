@@ -22,7 +22,7 @@ IMAGES_DIR  := $(BIN)/images
 IMAGEBUILD  := $(BIN)/imagebuild
 
 OUR_IMAGES     := pillar-controller pillar-agent pillar-node
-SIDECAR_IMAGES := csi-provisioner csi-attacher csi-resizer
+SIDECAR_IMAGES := csi-provisioner csi-attacher csi-resizer csi-snapshotter snapshot-controller
 ALL_IMAGES     := $(OUR_IMAGES) pause $(SIDECAR_IMAGES)
 IMAGE_DEFS     := $(foreach i,$(ALL_IMAGES),deploy/images/$i/image.yaml)
 
@@ -52,6 +52,10 @@ SIDECARS_DIR := $(TOOLS_DIR)/sidecars
 sidecar.csi-provisioner := provisioner github.com/kubernetes-csi/external-provisioner/v6
 sidecar.csi-attacher    := attacher github.com/kubernetes-csi/external-attacher/v4
 sidecar.csi-resizer     := resizer github.com/kubernetes-csi/external-resizer/v2
+sidecar.csi-snapshotter := snapshotter github.com/kubernetes-csi/external-snapshotter/v8
+# Not a sidecar but the cluster's snapshot controller, from the same module:
+# the lab cluster runs it (the chart can, behind a value).
+sidecar.snapshot-controller := snapshotter github.com/kubernetes-csi/external-snapshotter/v8
 sidecar-version = $(call mod-version,$(SIDECARS_DIR)/$(1)/go.mod,$(2))
 SIDECAR_BINS := $(addprefix $(BIN)/sidecars/,$(SIDECAR_IMAGES))
 
@@ -65,7 +69,7 @@ endef
 $(foreach s,$(SIDECAR_IMAGES),$(eval $(call sidecar-rule,$s)))
 
 .PHONY: sidecars
-sidecars: $(SIDECAR_BINS) ## Build the CSI sidecars (provisioner, attacher, resizer) from the Go module proxy into bin/sidecars/
+sidecars: $(SIDECAR_BINS) ## Build the CSI sidecars (provisioner, attacher, resizer, snapshotter) and the snapshot controller from the Go module proxy into bin/sidecars/
 
 # Images hold static binaries: CGO_ENABLED=0 for the binaries built here,
 # whatever the environment says (a cgo build needs the host's libc).

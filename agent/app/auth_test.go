@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/agentauth"
@@ -101,5 +102,26 @@ func TestTokenStartup(t *testing.T) {
 	if err := run(context.Background(), o, func(Options, *slog.Logger) (service, error) { return newFake(), nil }); err == nil ||
 		!strings.Contains(err.Error(), "no token in it") {
 		t.Errorf("an empty -token-dir: %v", err)
+	}
+}
+
+// TestEveryRPCNeedsTheToken: each method of the agent's service, the
+// snapshot calls included, refuses a caller without the token; a method
+// added later is covered without a change here.
+func TestEveryRPCNeedsTheToken(t *testing.T) {
+	a := start(t, tokenOptions(t), newFake())
+	cc := dial(t, a.grpcAddr, nil)
+	desc := agentv1.AgentService_ServiceDesc
+	if len(desc.Methods) < 15 {
+		t.Fatalf("%d methods in %s, want the 15 of agent.proto at least", len(desc.Methods), desc.ServiceName)
+	}
+	for _, m := range desc.Methods {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// An empty message is a valid encoding of every request type.
+		err := cc.Invoke(ctx, "/"+desc.ServiceName+"/"+m.MethodName, &emptypb.Empty{}, &emptypb.Empty{})
+		cancel()
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s without a token: %v, want UNAUTHENTICATED", m.MethodName, err)
+		}
 	}
 }

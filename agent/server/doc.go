@@ -17,6 +17,18 @@
 // before it destroys anything, and a retry with the same token finishes a
 // deletion that failed half-way.
 //
+// A snapshot has a lifecycle of its own, marked under the key
+// "snapshot/<snapshot ID>" (no volume ID contains '/'). A call that
+// changes two lifecycles is fenced by both tokens in one step
+// (Server.fencedAll: locks and marks in key order, act only when both are
+// admitted): CreateSnapshot by the source volume's and the snapshot's,
+// CreateVolume with a content source by the new volume's and the
+// snapshot's or source volume's. DeleteSnapshot ends the snapshot's
+// lifecycle, so a stale controller can neither restore a deleted snapshot
+// nor take a new one under its ID. Deleting a volume ends only its own
+// lifecycle: its snapshots and the volumes made from it keep theirs, and
+// the backend keeps what they still need (backends.Snapshotter).
+//
 // # Exports
 //
 // A volume's export is one subsystem named by export.For(volumeID)'s NQN,

@@ -87,6 +87,10 @@ func codeOf(ctx context.Context, err error) codes.Code {
 		return codes.ResourceExhausted
 	case errors.Is(err, backends.ErrShrink), errors.Is(err, backends.ErrBusy):
 		return codes.FailedPrecondition
+	case errors.Is(err, backends.ErrUnsupported):
+		// The store cannot (snapshots on linear LVM); the message names
+		// the store's type and what would.
+		return codes.FailedPrecondition
 	case errors.Is(err, backends.ErrThinPoolNotZeroing):
 		// The store exists but is refused until an operator turns the
 		// thin pool's zeroing on or accepts the risk in the store.

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/configfs"
@@ -174,10 +175,17 @@ type fakeBackend struct {
 	// createCtxErrs are the errors of each Create's context once it was
 	// done waiting on blockCh.
 	createCtxErrs []error
+	// snaps are by SOURCE@ID: like ZFS, the fake takes one snapshot ID
+	// under several sources; the agent keeps an ID to one.
+	snaps          map[string]backends.Snapshot
+	origin         map[string]string // volume ID -> what it was made from
+	noSnapshots    bool              // a store without snapshots (linear LVM)
+	getSnapshotErr error             // returned by every GetSnapshot when set
 }
 
 func newFakeBackend(dir string) *fakeBackend {
-	return &fakeBackend{dir: dir, vols: map[string]backends.Volume{}, total: 10 << 30}
+	return &fakeBackend{dir: dir, vols: map[string]backends.Volume{}, total: 10 << 30,
+		snaps: map[string]backends.Snapshot{}, origin: map[string]string{}}
 }
 
 const unit = 4096
@@ -326,9 +334,129 @@ func (b *fakeBackend) mutations() []string {
 	defer b.mu.Unlock()
 	var out []string
 	for _, c := range b.calls {
-		if op, _, _ := strings.Cut(c, " "); op == "create" || op == "delete" || op == "expand" {
+		if op, _, _ := strings.Cut(c, " "); op == "create" || op == "delete" || op == "expand" || op == "snapshot" || op == "unsnapshot" || op == "clone" {
 			out = append(out, c)
 		}
 	}
 	return out
+}
+
+func (b *fakeBackend) beginSnap(op, id string) error {
+	if err := b.begin(op, id); err != nil {
+		return err
+	}
+	if b.noSnapshots {
+		return &backends.Error{Op: op, Store: "fake", Volume: id, Err: backends.ErrUnsupported}
+	}
+	return nil
+}
+
+func (b *fakeBackend) CanSnapshot() error {
+	if b.noSnapshots {
+		return &backends.Error{Op: "snapshots", Store: "fake", Err: backends.ErrUnsupported}
+	}
+	return nil
+}
+
+func (b *fakeBackend) CreateSnapshot(ctx context.Context, id, sourceID string) (*backends.Snapshot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.beginSnap("snapshot", id); err != nil {
+		return nil, err
+	}
+	src, ok := b.vols[sourceID]
+	if !ok {
+		return nil, &backends.Error{Op: "snapshot", Volume: sourceID, Err: backends.ErrNotFound}
+	}
+	if s, ok := b.snaps[sourceID+"@"+id]; ok {
+		return &s, nil
+	}
+	s := backends.Snapshot{ID: id, SourceID: sourceID, Name: "fake/" + sourceID + "@" + id, SizeBytes: src.SizeBytes, CreationTime: time.Unix(1700000000, 0)}
+	b.snaps[sourceID+"@"+id] = s
+	return &s, nil
+}
+
+func (b *fakeBackend) DeleteSnapshot(ctx context.Context, id, sourceID string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.beginSnap("unsnapshot", id); err != nil {
+		return err
+	}
+	delete(b.snaps, sourceID+"@"+id)
+	return nil
+}
+
+func (b *fakeBackend) GetSnapshot(ctx context.Context, id, sourceID string) (*backends.Snapshot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.noSnapshots {
+		return nil, &backends.Error{Op: "get snapshot", Volume: id, Err: backends.ErrUnsupported}
+	}
+	if b.getSnapshotErr != nil {
+		return nil, &backends.Error{Op: "get snapshot", Volume: id, Err: b.getSnapshotErr}
+	}
+	s, ok := b.snaps[sourceID+"@"+id]
+	if !ok {
+		return nil, &backends.Error{Op: "get snapshot", Volume: id, Err: backends.ErrNotFound}
+	}
+	return &s, nil
+}
+
+func (b *fakeBackend) ListSnapshots(ctx context.Context) ([]backends.Snapshot, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.noSnapshots {
+		return nil, &backends.Error{Op: "list snapshots", Err: backends.ErrUnsupported}
+	}
+	var out []backends.Snapshot
+	for _, k := range slices.Sorted(maps.Keys(b.snaps)) {
+		out = append(out, b.snaps[k])
+	}
+	return out, nil
+}
+
+// clone makes volume id from origin, of at least size and min bytes.
+func (b *fakeBackend) clone(id, origin string, size, min int64) (*backends.Volume, error) {
+	if err := b.beginSnap("clone", id); err != nil {
+		return nil, err
+	}
+	size, err := backends.RoundUp(size, unit)
+	if err != nil {
+		return nil, err
+	}
+	if size < min {
+		return nil, &backends.Error{Op: "clone", Volume: id, Err: backends.ErrShrink}
+	}
+	if v, ok := b.vols[id]; ok {
+		if b.origin[id] != origin || v.SizeBytes != size {
+			return nil, &backends.Error{Op: "clone", Volume: id, Err: backends.ErrConflict}
+		}
+		return &v, nil
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, id), nil, 0o600); err != nil {
+		return nil, err
+	}
+	v := backends.Volume{ID: id, Name: "fake/" + id, SizeBytes: size}
+	b.vols[id], b.origin[id] = v, origin
+	return &v, nil
+}
+
+func (b *fakeBackend) CreateFromSnapshot(ctx context.Context, id, snapshotID, sourceID string, size int64) (*backends.Volume, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.snaps[sourceID+"@"+snapshotID]
+	if !ok {
+		return nil, &backends.Error{Op: "clone", Volume: id, Err: backends.ErrNotFound}
+	}
+	return b.clone(id, "snapshot "+snapshotID, size, s.SizeBytes)
+}
+
+func (b *fakeBackend) CreateFromVolume(ctx context.Context, id, sourceID string, size int64) (*backends.Volume, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	src, ok := b.vols[sourceID]
+	if !ok {
+		return nil, &backends.Error{Op: "clone", Volume: id, Err: backends.ErrNotFound}
+	}
+	return b.clone(id, "volume "+sourceID, size, src.SizeBytes)
 }

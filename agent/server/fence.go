@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
@@ -11,6 +13,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/fencing"
 	"github.com/pillar-csi/pillar-csi/fencing/grpcstatus"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -46,21 +49,53 @@ import (
 // A refused token returns FAILED_PRECONDITION with a FencingRejection
 // detail and act never runs. act must return gRPC status errors.
 func (s *Server) fenced(ctx context.Context, op, id string, kind fencing.Kind, pt *agentv1.FencingToken, exists fencing.Exists, act func(context.Context) error) error {
-	unlock, err := s.locks.lock(ctx, id, op)
-	if err != nil {
-		return err
+	return s.fencedAll(ctx, op, []fence{{key: id, kind: kind, token: pt, exists: exists}}, act)
+}
+
+// fence is one lifecycle a call is fenced by: a volume, or a snapshot
+// (snapshotKey).
+type fence struct {
+	// key names the lifecycle in the fencing store and in the agent's
+	// locks.
+	key    string
+	kind   fencing.Kind
+	token  *agentv1.FencingToken
+	exists fencing.Exists
+}
+
+// fencedAll is fenced for a call that changes several lifecycles at once
+// (a snapshot and its source, a clone and its source): act runs only when
+// every token is admitted, holding every lock. Locks are taken and marks
+// checked in the order of their keys, so two such calls never wait for
+// each other in a cycle. A token refused after others were admitted
+// leaves their marks advanced, as a retry of the same tokens would: a
+// token equal to its mark is accepted again.
+func (s *Server) fencedAll(ctx context.Context, op string, fs []fence, act func(context.Context) error) error {
+	fs = slices.Clone(fs)
+	slices.SortFunc(fs, func(a, b fence) int { return strings.Compare(a.key, b.key) })
+	for i, f := range fs {
+		if i > 0 && fs[i-1].key == f.key {
+			return status.Errorf(codes.InvalidArgument, "%s: %q is named twice", op, f.key)
+		}
+		unlock, err := s.locks.lock(ctx, f.key, op)
+		if err != nil {
+			return err
+		}
+		defer unlock()
 	}
-	defer unlock()
-	tok := tokenOf(pt)
-	admitted := false
-	err = s.marks.DoChecked(ctx, id, kind, tok, exists, func(ctx context.Context) error {
-		admitted = true
+	checks := make([]fencing.Check, len(fs))
+	for i, f := range fs {
+		checks[i] = fencing.Check{VolumeID: f.key, Kind: f.kind, Token: tokenOf(f.token), Exists: f.exists}
+	}
+	refused, err := s.marks.DoCheckedAll(ctx, checks, func(ctx context.Context) error {
 		actx, cancel := detach(ctx)
 		defer cancel()
 		return act(actx)
 	})
-	if err != nil && !admitted {
-		return s.fenceError(ctx, op, id, pt, err)
+	if refused >= 0 {
+		// The fencing store holds no lock of the call now: fenceError
+		// reads the mark.
+		return s.fenceError(ctx, op, fs[refused].key, fs[refused].token, err)
 	}
 	return err
 }
@@ -79,15 +114,21 @@ func (s *Server) exists(b backends.Backend, id string) fencing.Exists {
 		if _, ok, err := s.nvmet.ReadSubsystem(ctx, ident.SubsystemNQN); err != nil || ok || b == nil {
 			return ok, err
 		}
-		switch _, err := b.Get(ctx, id); {
-		case err == nil:
-			return true, nil
-		case backends.IsNotFound(err), backends.IsConflict(err):
-			return false, nil
-		default:
-			return false, err
-		}
+		_, err = b.Get(ctx, id)
+		return owned(err)
 	}
+}
+
+// owned reads the answer of a backend's Get for rule 19: found is owned;
+// missing, or taken by something the ID does not own, is not.
+func owned(err error) (bool, error) {
+	switch {
+	case err == nil:
+		return true, nil
+	case backends.IsNotFound(err), backends.IsConflict(err):
+		return false, nil
+	}
+	return false, err
 }
 
 // actTimeout bounds an admitted operation once it no longer follows its
@@ -132,8 +173,9 @@ func tokenOf(pt *agentv1.FencingToken) fencing.Token {
 // log, for the operator on the storage node (and `pillar-agent marks`).
 func (s *Server) fenceError(ctx context.Context, op, id string, pt *agentv1.FencingToken, err error) error {
 	if !fencing.IsRejected(err) {
+		// The full error, with the mark file's path, stays in this log.
 		s.log.Error("fencing store failed", "op", op, "volume_id", id, "error", err)
-		return toStatus(ctx, op, id, err)
+		return toStatus(ctx, op, id, withoutPath(err))
 	}
 	reason := fencing.RejectionReason(err)
 	rej := &agentv1.FencingRejection{Reason: rejectionReason(reason), VolumeId: id}
@@ -166,6 +208,18 @@ func withoutDetail(err error) error {
 		return err
 	}
 	return &fencing.Error{Op: fe.Op, VolumeID: fe.VolumeID, Reason: fe.Reason}
+}
+
+// withoutPath is a fencing store's failure as the caller may see it: what
+// failed and why, without the mark file's path on the storage node.
+func withoutPath(err error) error {
+	var fe *fencing.Error
+	if !errors.As(err, &fe) || fe.Path == "" {
+		return err
+	}
+	c := *fe
+	c.Path = ""
+	return &c
 }
 
 func rejectionReason(r fencing.Reason) agentv1.FencingRejection_Reason {

@@ -40,6 +40,9 @@ func (s *Server) GetAgentInfo(ctx context.Context, _ *agentv1.GetAgentInfoReques
 	if _, err := os.Stat(filepath.Join(s.cfg.ConfigfsRoot, "nvmet")); err == nil && module("nvmet_tcp") {
 		resp.Capabilities = append(resp.Capabilities, agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP)
 	}
+	// The RPCs are served; each store says whether it can (linear LVM
+	// cannot, and says so).
+	resp.Capabilities = append(resp.Capabilities, agentv1.Capability_CAPABILITY_SNAPSHOTS)
 	return resp, nil
 }
 

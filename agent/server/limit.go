@@ -103,3 +103,97 @@ func (l *limited) DevicePath(ctx context.Context, id string) (string, error) {
 	defer release()
 	return l.b.DevicePath(ctx, id)
 }
+
+// snapshotter returns the store's snapshot methods, each behind a slot,
+// or ErrUnsupported's answers from a backend that has none.
+func (l *limited) snapshotter() backends.Snapshotter {
+	if sn, ok := l.b.(backends.Snapshotter); ok {
+		return limitedSnapshots{l: l, sn: sn}
+	}
+	return limitedSnapshots{l: l, sn: unsupported{}}
+}
+
+type limitedSnapshots struct {
+	l  *limited
+	sn backends.Snapshotter
+}
+
+// CanSnapshot runs no command, so it takes no slot.
+func (s limitedSnapshots) CanSnapshot() error { return s.sn.CanSnapshot() }
+
+func (s limitedSnapshots) CreateSnapshot(ctx context.Context, id, sourceID string) (*backends.Snapshot, error) {
+	release, err := s.l.acquire(ctx, "create snapshot")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return s.sn.CreateSnapshot(ctx, id, sourceID)
+}
+
+func (s limitedSnapshots) DeleteSnapshot(ctx context.Context, id, sourceID string) error {
+	release, err := s.l.acquire(ctx, "delete snapshot")
+	if err != nil {
+		return err
+	}
+	defer release()
+	return s.sn.DeleteSnapshot(ctx, id, sourceID)
+}
+
+func (s limitedSnapshots) GetSnapshot(ctx context.Context, id, sourceID string) (*backends.Snapshot, error) {
+	release, err := s.l.acquire(ctx, "get snapshot")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return s.sn.GetSnapshot(ctx, id, sourceID)
+}
+
+func (s limitedSnapshots) ListSnapshots(ctx context.Context) ([]backends.Snapshot, error) {
+	release, err := s.l.acquire(ctx, "list snapshots")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return s.sn.ListSnapshots(ctx)
+}
+
+func (s limitedSnapshots) CreateFromSnapshot(ctx context.Context, id, snapshotID, sourceID string, size int64) (*backends.Volume, error) {
+	release, err := s.l.acquire(ctx, "create from snapshot")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return s.sn.CreateFromSnapshot(ctx, id, snapshotID, sourceID, size)
+}
+
+func (s limitedSnapshots) CreateFromVolume(ctx context.Context, id, sourceID string, size int64) (*backends.Volume, error) {
+	release, err := s.l.acquire(ctx, "create from volume")
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return s.sn.CreateFromVolume(ctx, id, sourceID, size)
+}
+
+// unsupported is the Snapshotter of a backend without snapshots.
+type unsupported struct{}
+
+var errNoSnapshots = fmt.Errorf("this backend takes no snapshots: %w", backends.ErrUnsupported)
+
+func (unsupported) CanSnapshot() error { return errNoSnapshots }
+func (unsupported) CreateSnapshot(context.Context, string, string) (*backends.Snapshot, error) {
+	return nil, errNoSnapshots
+}
+func (unsupported) DeleteSnapshot(context.Context, string, string) error { return errNoSnapshots }
+func (unsupported) GetSnapshot(context.Context, string, string) (*backends.Snapshot, error) {
+	return nil, errNoSnapshots
+}
+func (unsupported) ListSnapshots(context.Context) ([]backends.Snapshot, error) {
+	return nil, errNoSnapshots
+}
+func (unsupported) CreateFromSnapshot(context.Context, string, string, string, int64) (*backends.Volume, error) {
+	return nil, errNoSnapshots
+}
+func (unsupported) CreateFromVolume(context.Context, string, string, int64) (*backends.Volume, error) {
+	return nil, errNoSnapshots
+}

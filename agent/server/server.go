@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -282,8 +283,8 @@ func liveVolumes(ctx context.Context, log *slog.Logger, marks *fencing.Store) ma
 	}
 	for _, e := range ents {
 		id, err := fencing.VolumeIDFromFileName(e.Name())
-		if err != nil {
-			continue // the ledger, a lock or temporary file
+		if err != nil || strings.HasPrefix(id, agentv1.SnapshotFencingKeyPrefix) {
+			continue // the ledger, a lock or temporary file; a snapshot's mark
 		}
 		m, err := marks.Get(ctx, id)
 		switch {

@@ -864,7 +864,7 @@ func TestGetAgentInfo(t *testing.T) {
 	}
 	r := start()
 	want := []agentv1.Capability{agentv1.Capability_CAPABILITY_BACKEND_LVM, agentv1.Capability_CAPABILITY_BACKEND_LVM_THIN,
-		agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP}
+		agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP, agentv1.Capability_CAPABILITY_SNAPSHOTS}
 	if r.GetNodeName() != "storage-1" || r.GetAgentVersion() != "v1.2.3" || !slices.Equal(r.GetCapabilities(), want) {
 		t.Errorf("GetAgentInfo = %v, want capabilities %v", r, want)
 	}

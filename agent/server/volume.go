@@ -39,24 +39,47 @@ func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequ
 		return nil, err
 	}
 	log := s.log.With("volume_id", id, "store", spec.String())
+	size := req.GetCapacityBytes()
+	fences := []fence{{key: id, kind: fencing.KindMutate, token: req.GetFencingToken(), exists: s.exists(b, id)}}
+	var create func(context.Context) (*backends.Volume, error)
+	if cs := req.GetContentSource(); cs != nil {
+		f, c, err := s.contentSource(ctx, b, id, size, cs)
+		if err != nil {
+			return nil, err
+		}
+		fences, create = append(fences, f), c
+		log = log.With("content_source", f.key)
+	}
 	var vol *backends.Volume
-	err = s.fenced(ctx, op, id, fencing.KindMutate, req.GetFencingToken(), s.exists(b, id), func(ctx context.Context) error {
-		// Create first: on the common path (a new volume) that is one
-		// command. Only a conflict needs a look at what exists, to tell
-		// a retry (at least as large: reported as is) from a clash.
-		v, err := b.Create(ctx, id, req.GetCapacityBytes())
-		if backends.IsConflict(err) {
-			got, gerr := b.Get(ctx, id)
-			switch {
-			case gerr == nil && got.SizeBytes >= req.GetCapacityBytes():
-				v, err = got, nil
-			case gerr == nil:
-				return status.Errorf(codes.AlreadyExists, "%s volume %q: exists with %d bytes, less than the %d requested",
-					op, id, got.SizeBytes, req.GetCapacityBytes())
+	err = s.fencedAll(ctx, op, fences, func(ctx context.Context) error {
+		var v *backends.Volume
+		var err error
+		if create != nil {
+			// The backend tells a retry (the volume it made) from a
+			// clash (ErrConflict) itself.
+			v, err = create(ctx)
+			if backends.IsShrink(err) {
+				return status.Errorf(codes.OutOfRange, "%s volume %q: %v", op, id, err)
+			}
+		} else {
+			// Create first: on the common path (a new volume) that is
+			// one command. Only a conflict needs a look at what exists,
+			// to tell a retry (at least as large: reported as is) from
+			// a clash.
+			v, err = b.Create(ctx, id, size)
+			if backends.IsConflict(err) {
+				got, gerr := b.Get(ctx, id)
+				switch {
+				case gerr == nil && got.SizeBytes >= size:
+					v, err = got, nil
+				case gerr == nil:
+					return status.Errorf(codes.AlreadyExists, "%s volume %q: exists with %d bytes, less than the %d requested",
+						op, id, got.SizeBytes, size)
+				}
 			}
 		}
 		if err != nil {
-			log.Error("create failed", "bytes", req.GetCapacityBytes(), "error", err)
+			log.Error("create failed", "bytes", size, "error", err)
 			return toStatus(ctx, op, id, err)
 		}
 		vol = withDevice(ctx, log, b, id, v)

@@ -88,3 +88,16 @@ func volumeState(name string) *v1alpha1.PillarVolumeState {
 		},
 	}
 }
+
+func restoredVolumeState(name string) *v1alpha1.PillarVolumeState {
+	v := volumeState(name)
+	v.Spec.DataSource = &v1alpha1.VolumeDataSource{SnapshotID: "snapshot-1"}
+	return v
+}
+
+func snapshotState(name string) *v1alpha1.PillarSnapshotState {
+	return &v1alpha1.PillarSnapshotState{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       v1alpha1.PillarSnapshotStateSpec{SnapshotID: name, SourceVolumeID: "pvc-1", StoreName: "zfs-tank", StoreUID: "0e7e1c53-2d57-4cc4-8b6f-4b1f5f3c2b22"},
+	}
+}

@@ -28,6 +28,7 @@ func addKnownTypes(s *runtime.Scheme) error {
 		&PillarProtocol{}, &PillarProtocolList{},
 		&PillarStorageClass{}, &PillarStorageClassList{},
 		&PillarVolumeState{}, &PillarVolumeStateList{},
+		&PillarSnapshotState{}, &PillarSnapshotStateList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

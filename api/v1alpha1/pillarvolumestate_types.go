@@ -33,6 +33,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.protocolName) || (has(self.protocolName) && self.protocolName == oldSelf.protocolName)",message="protocolName cannot be changed or removed once set"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.storeUID) || (has(self.storeUID) && self.storeUID == oldSelf.storeUID)",message="storeUID cannot be changed or removed once set: it names the store the volume's data lives in"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.export) || has(self.export)",message="export cannot be removed once recorded: the storage node would keep an export nothing tracks"
+// +kubebuilder:validation:XValidation:rule="has(self.dataSource) == has(oldSelf.dataSource)",message="dataSource cannot be added or removed: it says what the volume was made from"
 // +kubebuilder:validation:XValidation:rule="!has(self.publications) || size(self.publications) <= 1 || self.publications.all(p, p.accessMode == 'ReadOnlyMany')",message="a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication: the volume can be published read-write to one node only"
 type PillarVolumeStateSpec struct {
 	// VolumeID is the CSI volume ID, equal to this object's name. It cannot
@@ -74,6 +75,12 @@ type PillarVolumeStateSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="capacityBytes cannot shrink: volumes can only be expanded"
 	CapacityBytes int64 `json:"capacityBytes"`
 
+	// DataSource is what the volume was made from: a snapshot, or another
+	// volume (a clone). Absent for a volume made empty. It cannot change.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="dataSource cannot be changed"
+	DataSource *VolumeDataSource `json:"dataSource,omitempty"`
+
 	// Export is how the volume is exported. Its absence is the
 	// ExportSpecMissing condition: the controller does not guess it, the
 	// operator states it. Once recorded it cannot be removed.
@@ -102,6 +109,24 @@ type PillarVolumeStateSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="publicationGeneration cannot decrease: agents reject tokens older than the newest they have seen"
 	PublicationGeneration int64 `json:"publicationGeneration"`
+}
+
+// VolumeDataSource names what a volume was made from: exactly one of a
+// snapshot and a volume, in the volume's store.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.snapshotID) != has(self.volumeID)",message="exactly one of snapshotID and volumeID"
+type VolumeDataSource struct {
+	// SnapshotID is the snapshot the volume was restored from.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	SnapshotID string `json:"snapshotID,omitempty"`
+
+	// VolumeID is the volume it was cloned from.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	VolumeID string `json:"volumeID,omitempty"`
 }
 
 // ExportSpec is the NVMe-oF/TCP export of one volume: one subsystem with
@@ -199,7 +224,8 @@ type PillarVolumeStateStatus struct {
 type OperationFailure struct {
 	// Operation is the CSI call: CreateVolume, DeleteVolume,
 	// ControllerPublishVolume, ControllerUnpublishVolume or
-	// ControllerExpandVolume.
+	// ControllerExpandVolume on a volume; CreateSnapshot or DeleteSnapshot
+	// on a snapshot.
 	// +kubebuilder:validation:MaxLength=64
 	Operation string `json:"operation"`
 

@@ -148,6 +148,19 @@ const (
 	ReasonUnexported = "Unexported"
 )
 
+// The Ready reason of PillarSnapshotState, and events on the record. Until
+// the snapshot is taken the record has no Ready condition; a failed
+// CreateSnapshot says why in status.lastFailure.
+const (
+	// ReasonSnapshotTaken: the agent confirmed the snapshot; it can be
+	// restored from.
+	ReasonSnapshotTaken = "SnapshotTaken"
+	// ReasonSnapshotAbandoned (Warning): a CreateSnapshot never
+	// completed and its VolumeSnapshotContent is gone, so no CO will ever
+	// delete it: the snapshot is rolled back.
+	ReasonSnapshotAbandoned = "SnapshotAbandoned"
+)
+
 // Reasons of PillarVolumeState's ExportSpecMissing condition, and events
 // of the same reasons on the record.
 const (

@@ -52,7 +52,7 @@ func TestNamesDoNotCollideWithServedResources(t *testing.T) {
 	}
 	want := map[string]string{
 		"pillaragents": "pagent", "pillarstores": "pstore", "pillarprotocols": "pproto",
-		"pillarstorageclasses": "psc", "pillarvolumestates": "pvstate",
+		"pillarstorageclasses": "psc", "pillarvolumestates": "pvstate", "pillarsnapshotstates": "snapstate",
 	}
 	if len(ours) != len(want) {
 		t.Fatalf("served pillar-csi.io resources: %v, want %d", ours, len(want))
@@ -73,7 +73,7 @@ func TestNamesDoNotCollideWithServedResources(t *testing.T) {
 		// volume records stay out of it, so that kubectl delete pillar
 		// --all cannot condemn every volume.
 		wantCategory := "pillar"
-		if r.Name == "pillarvolumestates" {
+		if r.Name == "pillarvolumestates" || r.Name == "pillarsnapshotstates" {
 			wantCategory = "pillar-volumes"
 		}
 		if !slices.Equal(r.Categories, []string{wantCategory}) {

@@ -49,6 +49,7 @@ type (
 	pp  = *v1alpha1.PillarProtocol
 	psc = *v1alpha1.PillarStorageClass
 	pvs = *v1alpha1.PillarVolumeState
+	pss = *v1alpha1.PillarSnapshotState
 )
 
 var rules = []rule{
@@ -219,6 +220,21 @@ var rules = []rule{
 		"spec.export: Invalid value", "aclEnabled cannot go from true to false"),
 	onUpdate("publicationGeneration never decreases", volumeState, func(o pvs) { o.Spec.PublicationGeneration = 0 },
 		"spec.publicationGeneration", "publicationGeneration cannot decrease"),
+	onCreate("dataSource names one source", volumeState, func(o pvs) {
+		o.Spec.DataSource = &v1alpha1.VolumeDataSource{SnapshotID: "snapshot-1", VolumeID: "pvc-1"}
+	}, "spec.dataSource", "exactly one of snapshotID and volumeID"),
+	onUpdate("dataSource cannot be added", volumeState, func(o pvs) { o.Spec.DataSource = &v1alpha1.VolumeDataSource{VolumeID: "pvc-1"} },
+		"spec: Invalid value", "dataSource cannot be added or removed"),
+	onUpdate("dataSource is immutable", restoredVolumeState, func(o pvs) { o.Spec.DataSource.SnapshotID = "snapshot-2" },
+		"spec.dataSource", "dataSource cannot be changed"),
+
+	// PillarSnapshotState
+	onCreate("snapshot name is its ID", snapshotState, func(o pss) { o.Spec.SnapshotID = "snapshot-other" },
+		"Invalid value", "metadata.name must equal spec.snapshotID"),
+	onUpdate("snapshot source is immutable", snapshotState, func(o pss) { o.Spec.SourceVolumeID = "pvc-other" },
+		"spec.sourceVolumeID", "sourceVolumeID cannot be changed"),
+	onUpdate("snapshot store is immutable", snapshotState, func(o pss) { o.Spec.StoreName = "lvm-vg0" },
+		"spec.storeName", "storeName cannot be changed: the snapshot's data lives in that store"),
 }
 
 // TestValidationRules proves each rule of the schema refuses its bad input
@@ -263,6 +279,7 @@ func TestFixturesAreValid(t *testing.T) {
 	for _, obj := range []client.Object{
 		agent("valid-agent"), zfsStore("valid-zfs"), lvmStore("valid-lvm"),
 		protocol("valid-protocol"), storageClass("valid-class"), volumeState("valid-volume"),
+		restoredVolumeState("valid-restored"), snapshotState("valid-snapshot"),
 	} {
 		if err := k8s.Create(c, obj, strict); err != nil {
 			t.Errorf("%T %s: %v", obj, obj.GetName(), err)

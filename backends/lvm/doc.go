@@ -72,4 +72,16 @@
 //     returns. Zeroing costs what the disk takes to write zeroes, or
 //     almost nothing on one with a write-zeroes command (NVMe, most SSDs
 //     behind device-mapper).
+//
+// Snapshots (Snapshotter) need a thin pool; a linear store refuses them
+// with backends.ErrUnsupported (old-style snapshots of a fixed size stop
+// working when they fill up). A snapshot is a thin snapshot
+// (lvcreate --snapshot, activation skipped) tagged with SnapshotTagPrefix
+// and SourceTagPrefix; a restore or clone is a thin snapshot of the
+// snapshot or of the volume, activated and tagged as a volume. Thin
+// snapshots share blocks but depend on nothing: the source, its snapshots
+// and the volumes made from them are removed in any order, and each
+// removal frees what only it used. LVM copies the origin's tags to a
+// snapshot; the backend removes the copies, and a tag that does not name
+// its LV (ownerByName) never makes an LV ours.
 package lvm

@@ -43,7 +43,13 @@ func (b *Backend) lvm(ctx context.Context, cmd string, args ...string) ([]byte, 
 
 // report runs a JSON report command (lvs, vgs) with byte units.
 func (b *Backend) report(ctx context.Context, cmd, fields, target string) ([]byte, error) {
-	return b.lvm(ctx, cmd, "--reportformat", "json", "--units", "b", "--nosuffix", "-o", fields, target)
+	config := b.config
+	if strings.Contains(fields, "lv_time") {
+		// lv_time is printed in the host's report/time_format: pinned to
+		// the layout the parser reads.
+		config += ` report { time_format="%Y-%m-%d %T %z" }`
+	}
+	return b.run.Run(ctx, "lvm", cmd, "--config", config, "--reportformat", "json", "--units", "b", "--nosuffix", "-o", fields, target)
 }
 
 func (b *Backend) volume(id string, l *lv) *backends.Volume {
@@ -158,10 +164,22 @@ func (b *Backend) same(id string, l *lv, size int64) (*backends.Volume, error) {
 }
 
 func (b *Backend) owned(id string, l *lv) error {
-	if l.owner() != id {
+	if !slices.Contains(l.tags, TagPrefix+id) {
 		return errs.New(backends.ErrConflict, nil, "%s/%s exists and is not owned by volume %s (no tag %s%s)", b.vg, l.name, id, TagPrefix, id)
 	}
 	return nil
+}
+
+// ownerByName returns the ID of l's tag with prefix that names it: a
+// valid ID whose LV name is l's. A tag copied from another LV (lvcreate
+// --snapshot copies the origin's tags) or an LV renamed by hand does not.
+func (b *Backend) ownerByName(l *lv, prefix string) (string, bool) {
+	for _, t := range l.tags {
+		if id, ok := strings.CutPrefix(t, prefix); ok && backends.ValidateVolumeID(id) == nil && l.name == LVName(b.vg, id) {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // listPool lists the volume group's LVs and finds the thin pool among them.
@@ -227,8 +245,20 @@ func (b *Backend) get(ctx context.Context, id string) (*lv, error) {
 	if err := backends.ValidateVolumeID(id); err != nil {
 		return nil, err
 	}
-	name := LVName(b.vg, id)
-	out, err := b.report(ctx, "lvs", lvFields, b.vg+"/"+name)
+	l, err := b.lvByName(ctx, LVName(b.vg, id), lvFields)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.owned(id, l); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// lvByName reports the columns fields of the LV name: ErrNotFound when
+// there is none.
+func (b *Backend) lvByName(ctx context.Context, name, fields string) (*lv, error) {
+	out, err := b.report(ctx, "lvs", fields, b.vg+"/"+name)
 	if errs.StderrContains(err, "Failed to find logical volume") {
 		return nil, errs.New(backends.ErrNotFound, nil, "%s/%s does not exist", b.vg, name)
 	}
@@ -242,9 +272,6 @@ func (b *Backend) get(ctx context.Context, id string) (*lv, error) {
 	if len(lvs) != 1 || lvs[0].name != name {
 		return nil, fmt.Errorf("lvs %s/%s: unexpected report %q", b.vg, name, out)
 	}
-	if err := b.owned(id, &lvs[0]); err != nil {
-		return nil, err
-	}
 	return &lvs[0], nil
 }
 
@@ -257,25 +284,37 @@ func (b *Backend) delete(ctx context.Context, id string) error {
 	if err := backends.ValidateVolumeID(id); err != nil {
 		return err
 	}
-	name := LVName(b.vg, id)
-	// One command: lvremove takes the volume group's lock, then selects
-	// the LV only if it carries the volume's tag, so an LV of that name
-	// that is not ours is never removed, and nothing can replace it
-	// between the check and the removal.
-	out, err := b.lvm(ctx, "lvremove", "--yes", "--select", `lv_name="`+name+`" && lv_tags={"`+TagPrefix+id+`"}`, b.vg)
+	return b.removeTagged(ctx, LVName(b.vg, id), []string{TagPrefix + id}, func() error {
+		_, err := b.get(ctx, id)
+		return err
+	})
+}
+
+// removeTagged removes the LV name if it carries every tag. One command:
+// lvremove takes the volume group's lock, then selects the LV only if it
+// carries the tags, so an LV of that name that is not ours is never
+// removed, and nothing can replace it between the check and the removal.
+// When nothing was selected, lookup tells an LV already gone
+// (ErrNotFound: success) from one that is not ours (its error).
+func (b *Backend) removeTagged(ctx context.Context, name string, tags []string, lookup func() error) error {
+	sel := `lv_name="` + name + `"`
+	for _, t := range tags {
+		sel += ` && lv_tags={"` + t + `"}`
+	}
+	out, err := b.lvm(ctx, "lvremove", "--yes", "--select", sel, b.vg)
 	switch {
 	case err == nil && strings.Contains(string(out), `Logical volume "`+name+`" successfully removed`):
 		return nil
 	case err == nil:
 		// Nothing selected: the LV is gone, or it is not ours.
-		_, err := b.get(ctx, id)
+		err := lookup()
 		switch {
 		case backends.IsNotFound(err):
 			return nil
 		case err != nil:
 			return err
 		}
-		return fmt.Errorf("lvremove selected nothing, yet %s/%s carries the volume's tag: %q", b.vg, name, out)
+		return fmt.Errorf("lvremove selected nothing, yet %s/%s carries the tags %v: %q", b.vg, name, tags, out)
 	case errs.StderrContains(err, " in use", "open logical volume"):
 		return errs.New(backends.ErrBusy, err, "%s/%s is open", b.vg, name)
 	}
@@ -449,8 +488,7 @@ func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
 	for i := range lvs {
 		// Owned: the tag holds a volume ID, and it is the ID the LV is
 		// named after (a renamed LV is not ours).
-		id := lvs[i].owner()
-		if backends.ValidateVolumeID(id) == nil && lvs[i].name == LVName(b.vg, id) {
+		if id, ok := b.ownerByName(&lvs[i], TagPrefix); ok {
 			vs = append(vs, *b.volume(id, &lvs[i]))
 		}
 	}

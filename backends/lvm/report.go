@@ -5,10 +5,20 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // lvFields are the columns of every lvs of this package.
 const lvFields = "lv_name,lv_size,lv_tags,lv_attr,pool_lv,lv_dm_path,lv_kernel_major,lv_kernel_minor,vg_extent_size"
+
+// snapFields are the columns of the lvs of snapshots and of the volumes
+// made from them: lvFields, the LV's origin (empty once the origin is
+// removed: thin snapshots do not depend on it) and its creation time.
+const snapFields = lvFields + ",origin,lv_time"
+
+// lvTimeLayout is how lvs prints lv_time with the report/time_format
+// "%Y-%m-%d %T %z" that report pins.
+const lvTimeLayout = "2006-01-02 15:04:05 -0700"
 
 // vgFields are the columns of every vgs of this package.
 const vgFields = "vg_name,vg_size,vg_free,vg_extent_size"
@@ -32,6 +42,9 @@ type lvRow struct {
 	Major      string `json:"lv_kernel_major"`
 	Minor      string `json:"lv_kernel_minor"`
 	ExtentSize string `json:"vg_extent_size"`
+	// Only in reports of snapFields.
+	Origin string `json:"origin"`
+	Time   string `json:"lv_time"`
 }
 
 type vgRow struct {
@@ -52,13 +65,18 @@ type lv struct {
 	major      int64 // -1 when inactive
 	minor      int64
 	extentSize int64
+	origin     string
+	created    time.Time // zero unless reported
 }
 
 // owner returns the volume ID in the LV's ownership tag, or "".
-func (l *lv) owner() string {
+func (l *lv) owner() string { return l.tagged(TagPrefix) }
+
+// tagged returns the suffix of the LV's first tag with prefix, or "".
+func (l *lv) tagged(prefix string) string {
 	for _, t := range l.tags {
-		if id, ok := strings.CutPrefix(t, TagPrefix); ok {
-			return id
+		if v, ok := strings.CutPrefix(t, prefix); ok {
+			return v
 		}
 	}
 	return ""
@@ -105,7 +123,12 @@ func parseLVs(out []byte) ([]lv, error) {
 				return nil, fmt.Errorf("lvs %s: size %d, device %d:%d or extent size %d out of range", row.Name, n[0], n[1], n[2], n[3])
 			}
 			l := lv{name: row.Name, size: n[0], attr: row.Attr, poolLV: row.PoolLV, dmPath: row.DMPath,
-				major: n[1], minor: n[2], extentSize: n[3]}
+				major: n[1], minor: n[2], extentSize: n[3], origin: row.Origin}
+			if row.Time != "" {
+				if l.created, err = time.Parse(lvTimeLayout, row.Time); err != nil {
+					return nil, fmt.Errorf("lvs %s: lv_time: %w", row.Name, err)
+				}
+			}
 			if row.Tags != "" {
 				l.tags = strings.Split(row.Tags, ",")
 			}

@@ -64,7 +64,7 @@ var (
 )
 
 // managed are the properties the backend sets itself.
-var managed = []string{"volsize", "refreservation", "reservation", OwnerProperty}
+var managed = []string{"volsize", "refreservation", "reservation", OwnerProperty, SnapshotProperty, CloneProperty}
 
 // validate checks c and returns the volblocksize and the -o arguments of
 // zfs create other than the owner property, in a stable order.

@@ -25,6 +25,8 @@ func TestConfigRefused(t *testing.T) {
 		"refreservation":       {Pool: "tank", Properties: map[string]string{"refreservation": "none"}},
 		"reservation":          {Pool: "tank", Properties: map[string]string{"reservation": "none"}},
 		"owner":                {Pool: "tank", Properties: map[string]string{zfs.OwnerProperty: "x"}},
+		"snapshot owner":       {Pool: "tank", Properties: map[string]string{zfs.SnapshotProperty: "x"}},
+		"clone mark":           {Pool: "tank", Properties: map[string]string{zfs.CloneProperty: "x"}},
 		"bad name":             {Pool: "tank", Properties: map[string]string{"Compression": "lz4"}},
 		"empty value":          {Pool: "tank", Properties: map[string]string{"compression": ""}},
 		"newline value":        {Pool: "tank", Properties: map[string]string{"io.x:y": "a\nb"}},

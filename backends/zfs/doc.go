@@ -42,14 +42,32 @@
 //     before it reports a volume as missing.
 //   - Delete is one command: the channel program destroy.lua, given to
 //     zfs program on standard input, checks that the dataset is a volume
-//     whose OwnerProperty names the volume and has no snapshots, and
-//     destroys it, in one sync task of the pool, so nothing can replace
-//     the zvol between the check and the destroy. The destroy's sync task
-//     removes the zvol's device node as zfs destroy does. An open zvol
-//     fails with EBUSY, which Delete retries for a few seconds (a new or
-//     resized zvol is held open briefly by the kernel). zfs program
-//     cannot open a pool that is not imported, so Delete never succeeds
-//     against one.
+//     whose OwnerProperty names the volume and destroys it, in one sync
+//     task of the pool, so nothing can replace the zvol between the check
+//     and the destroy. The destroy's sync task removes the zvol's device
+//     node as zfs destroy does. An open zvol fails with EBUSY, which
+//     Delete retries for a few seconds (a new or resized zvol is held open
+//     briefly by the kernel). zfs program cannot open a pool that is not
+//     imported, so Delete never succeeds against one.
+//   - Snapshots (Snapshotter) are zfs snapshots, POOL/PARENT/SOURCE@ID,
+//     owned through SnapshotProperty; restores and clones are linked
+//     clones (zfs clone), made in a moment and sharing every block they
+//     do not overwrite. A clone of a volume is a clone of a snapshot
+//     taken for it alone (CloneProperty), marked for deferred destruction
+//     at once so that ZFS destroys it with the clone. ZFS refuses to
+//     destroy a zvol with snapshots and a snapshot with clones, yet every
+//     delete must succeed at once: destroy.lua marks a zvol that still
+//     has snapshots deleted (OwnerProperty "deleted:ID", which List, Get
+//     and the owner checks treat as gone) and destroys a snapshot with
+//     clones deferred (zfs destroy -d; ZFS destroys it with its last
+//     clone). After each destroy it reaps up the chain of origins: a zvol
+//     marked deleted that nothing needs any more is destroyed, and its
+//     space comes back then. A snapshot an operator took of a volume by
+//     hand keeps the deleted zvol too; a Delete after the operator
+//     destroyed it reaps it.
+//   - zfs clone refuses volblocksize (a clone has its origin's), so a
+//     clone gets the store's other properties; a thick store's clone
+//     gets refreservation=auto, its volsize.
 //   - A sparse create or expansion is admitted against a zfs list of every
 //     dataset of the pool at most AdmissionMaxAge old, less what the
 //     backend admitted since; such a listing costs about as much as the

@@ -152,7 +152,7 @@ func FuzzDestroyVerdict(f *testing.F) {
 			step = s
 		}
 	}
-	for _, r := range []string{"destroyed\tx", "absent", "other\tfilesystem", "foreign\tpvc-2", "snapshots", "failed\t2", "failed\t-16", "failed\t99999999999999999999", "", "\tdestroyed"} {
+	for _, r := range []string{"destroyed\tx", "absent", "deferred", "other\tfilesystem", "foreign\tpvc-2", "snapshots", "failed\t2", "failed\t-16", "failed\t99999999999999999999", "", "\tdestroyed"} {
 		b, _ := json.Marshal(map[string]string{"return": r})
 		f.Add(b)
 	}
@@ -161,7 +161,8 @@ func FuzzDestroyVerdict(f *testing.F) {
 	f.Add([]byte(`{"return":16}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`destroyed`))
-	volume := step.Argv[len(step.Argv)-1]
+	// zfs program -j POOL - volume DATASET OWNERPROP ID ...
+	volume := step.Argv[8]
 	f.Fuzz(func(t *testing.T, out []byte) {
 		s := step
 		s.Stdout = string(out)
@@ -186,7 +187,7 @@ func FuzzDestroyVerdict(f *testing.F) {
 			if err == nil {
 				t.Fatalf("Delete succeeded on output %q, which is not JSON", out)
 			}
-		case outcome == "destroyed" || outcome == "absent":
+		case outcome == "destroyed" || outcome == "absent" || outcome == "deferred":
 			if err != nil {
 				t.Fatalf("verdict %q: Delete = %v, want success", r.Return, err)
 			}
@@ -255,4 +256,31 @@ func exactBlockSize(s string) (int64, bool) {
 		return 0, false
 	}
 	return n.Int64(), true
+}
+
+// FuzzParseSnapshots feeds the parser of zfs list -Hp -o snapshotProps
+// arbitrary output. What it accepts has one snapshot per non-empty line,
+// a size and a creation time that are not negative, and no field with a
+// tab or a newline.
+func FuzzParseSnapshots(f *testing.F) {
+	f.Add([]byte("tank/pillar/pvc-1@snap-1\t1048576\t1796530000\toff\tsnap-1\n"))
+	f.Add([]byte("tank/pillar/pvc-1@snap-1\t1048576\t1796530000\ton\tsnap-1\n"))
+	f.Add([]byte("tank/pillar/pvc-1@pillar-clone-pvc-2\t1048576\t1796530000\ton\t-\n"))
+	f.Add([]byte("tank/v@s\t-1\t0\toff\ts\n"))
+	f.Add([]byte("tank/v@s\t1\t-5\toff\ts\n"))
+	f.Add([]byte("tank/v@s\t1\t1\toff\n"))
+	f.Fuzz(func(t *testing.T, out []byte) {
+		ss, err := parseSnapshots(out)
+		if err != nil {
+			return
+		}
+		for _, s := range ss {
+			if s.volSize < 0 || s.created.Unix() < 0 {
+				t.Fatalf("accepted %+v from %q", s, out)
+			}
+			if strings.ContainsAny(s.name+s.owner, "\t\n") {
+				t.Fatalf("a field with a tab or newline in %+v from %q", s, out)
+			}
+		}
+	})
 }

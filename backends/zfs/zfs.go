@@ -130,7 +130,12 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 		}
 		return &backends.Volume{ID: id, Name: name, SizeBytes: size, Thin: b.sparse}, nil
 	case errs.StderrContains(err, "dataset already exists"):
-		return b.existing(ctx, id, size)
+		v, err := b.existing(ctx, id, size)
+		if backends.IsNotFound(err) {
+			// Deleted, and kept for the snapshots or clones that need it.
+			return nil, errs.New(backends.ErrConflict, nil, "%s exists: %v", name, err)
+		}
+		return v, err
 	}
 	return nil, classify(err)
 }
@@ -188,10 +193,13 @@ func (b *Backend) get(ctx context.Context, id string) (*zvol, error) {
 	if len(zs) != 1 || zs[0].name != name {
 		return nil, fmt.Errorf("zfs list %s: unexpected output %q", name, out)
 	}
-	if zs[0].owner != id {
-		return nil, errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%s)", name, id, OwnerProperty, zs[0].owner)
+	switch zs[0].owner {
+	case id:
+		return &zs[0], nil
+	case deletedOwner(id):
+		return nil, errs.New(backends.ErrNotFound, nil, "%s was deleted; it stays until the snapshots and clones that need it are gone", name)
 	}
-	return &zs[0], nil
+	return nil, errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%s)", name, id, OwnerProperty, zs[0].owner)
 }
 
 // notFound tells a missing volume from a missing pool, which zfs list
@@ -233,15 +241,22 @@ func (b *Backend) delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	return v.err("volume", name, id, OwnerProperty)
+}
+
+// err maps destroy.lua's verdict on name, which prop should name as id's
+// (kind "volume" or "snapshot"), to the backend's error: nil when it is
+// gone or kept for what needs it.
+func (v verdict) err(kind, name, id, prop string) error {
 	switch {
-	case v.outcome == "destroyed", v.outcome == "absent":
+	case v.outcome == "destroyed", v.outcome == "absent", v.outcome == "deferred":
 		return nil
 	case v.outcome == "other":
-		return errs.New(backends.ErrConflict, nil, "%s exists and is not a volume (%s)", name, v.detail)
+		return errs.New(backends.ErrConflict, nil, "%s exists and is not a %s (%s)", name, kind, v.detail)
 	case v.outcome == "foreign":
-		return errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%q)", name, id, OwnerProperty, v.detail)
+		return errs.New(backends.ErrConflict, nil, "%s exists and is not owned by %s %s (%s=%q)", name, kind, id, prop, v.detail)
 	case v.outcome == "snapshots":
-		return errs.New(backends.ErrBusy, nil, "%s has snapshots or clones", name)
+		return errs.New(backends.ErrBusy, nil, "%s has a snapshot pillar-csi did not make; destroy it, or it keeps the volume", name)
 	case v.errno == syscall.EBUSY:
 		return errs.New(backends.ErrBusy, nil, "%s is open", name)
 	case v.errno != 0:
@@ -260,12 +275,18 @@ type verdict struct {
 	errno           syscall.Errno
 }
 
-// destroy runs the channel program destroy.lua, which checks that name is
-// a zvol owned by id and destroys it, atomically and in one zfs command
-// (instead of a zfs list, then a zfs destroy that could meet another
-// dataset by then).
+// destroy runs the channel program destroy.lua in mode "volume", which
+// checks that name is a zvol owned by id and destroys it (or, while
+// snapshots or clones need it, marks it deleted), atomically and in one
+// zfs command (instead of a zfs list, then a zfs destroy that could meet
+// another dataset by then).
 func (b *Backend) destroy(ctx context.Context, name, id string) (verdict, error) {
-	out, err := b.run.RunInput(ctx, destroyProgram, "zfs", "program", "-j", b.pool, "-", name, OwnerProperty, id)
+	return b.program(ctx, "volume", name, OwnerProperty, id)
+}
+
+// program runs destroy.lua in mode on name, owned by id under prop.
+func (b *Backend) program(ctx context.Context, mode, name, prop, id string) (verdict, error) {
+	out, err := b.run.RunInput(ctx, destroyProgram, "zfs", "program", "-j", b.pool, "-", mode, name, prop, id, OwnerProperty, SnapshotProperty, CloneProperty)
 	if err != nil {
 		return verdict{}, classify(err)
 	}
@@ -339,18 +360,30 @@ func (b *Backend) List(ctx context.Context) ([]backends.Volume, error) {
 	return vs, errs.Wrap("list", b.parent, "", err)
 }
 
-func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
-	out, err := b.zfs(ctx, "list", "-Hp", "-t", "volume", "-d", "1", "-o", volumeProps, b.parent)
+// listParent runs zfs list ARGS PARENT. none reports a parent dataset that
+// does not exist yet, so nothing to list, unless the pool itself is
+// missing (an error).
+func (b *Backend) listParent(ctx context.Context, args ...string) (out []byte, none bool, err error) {
+	out, err = b.zfs(ctx, append(append([]string{"list"}, args...), b.parent)...)
 	if errs.StderrContains(err, "dataset does not exist") {
-		// No parent dataset yet, so no volumes, unless the pool itself is
-		// missing.
 		if err := b.notFound(ctx, b.parent); !backends.IsNotFound(err) {
-			return nil, err
+			return nil, false, err
 		}
-		return []backends.Volume{}, nil
+		return nil, true, nil
 	}
 	if err != nil {
-		return nil, classify(err)
+		return nil, false, classify(err)
+	}
+	return out, false, nil
+}
+
+func (b *Backend) list(ctx context.Context) ([]backends.Volume, error) {
+	out, none, err := b.listParent(ctx, "-Hp", "-t", "volume", "-d", "1", "-o", volumeProps)
+	if err != nil {
+		return nil, err
+	}
+	if none {
+		return []backends.Volume{}, nil
 	}
 	zs, err := parseVolumes(out)
 	if err != nil {

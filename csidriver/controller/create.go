@@ -49,8 +49,9 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q: %v", req.GetName(), err)
 	}
-	if req.GetVolumeContentSource() != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "volume %q: snapshots and clones are not supported", req.GetName())
+	ds, err := dataSourceOf(req.GetName(), req.GetVolumeContentSource())
+	if err != nil {
+		return nil, err
 	}
 	params := req.GetParameters()
 	storeName, protoName := params[v1alpha1.StorageClassParamStore], params[v1alpha1.StorageClassParamProtocol]
@@ -65,10 +66,25 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	}
 	defer unlock()
 
+	if ds != nil {
+		// A volume from a snapshot or a clone lives in its source's
+		// store and is at least as large as its source. A retry of a
+		// volume already made needs its source no more (it may be gone):
+		// its record answers, sameSource checks the request.
+		v, err := s.getVolume(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if v == nil || !v.Status.BackendCreated {
+			if size, err = s.checkSource(ctx, id, ds, storeName, req.GetCapacityRange(), size); err != nil {
+				return nil, err
+			}
+		}
+	}
 	// The common case is a new volume: its record is written before
 	// anything is read. Any other outcome (the record exists, or could not
 	// be written) is decided on a fresh read, as a retry is.
-	created, err := s.record(ctx, id, size, storeName, protoName, params)
+	created, err := s.record(ctx, id, size, storeName, protoName, params, ds)
 	if err != nil {
 		created = nil
 	}
@@ -77,7 +93,7 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 		unspent := v != nil && v == created // its first generation is this call's
 		if v == nil {
 			var err error
-			if v, err = s.record(ctx, id, size, storeName, protoName, params); err != nil {
+			if v, err = s.record(ctx, id, size, storeName, protoName, params, ds); err != nil {
 				return err
 			}
 			unspent = true
@@ -89,6 +105,8 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 			}
 			return errorf(codes.Aborted, id, "an earlier volume of this name was being deleted; it is gone now: retry")
 		} else if err := compatible(v, storeName, protoName, req.GetCapacityRange()); err != nil {
+			return err
+		} else if err := sameSource(v, ds); err != nil {
 			return err
 		}
 		var err error
@@ -102,7 +120,8 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	if err != nil {
 		return nil, err
 	}
-	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: vol.Status.CapacityBytes, VolumeContext: vc}}, nil
+	return &csi.CreateVolumeResponse{Volume: &csi.Volume{VolumeId: id, CapacityBytes: vol.Status.CapacityBytes, VolumeContext: vc,
+		ContentSource: csiSource(vol.Spec.DataSource)}}, nil
 }
 
 // record creates the PillarVolumeState of a new volume, with the export
@@ -111,7 +130,7 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 // publicationGeneration 1, and that first generation belongs to the
 // caller: only one create of a name succeeds, as only one compare-and-swap
 // of a resourceVersion does, so it needs no update of its own.
-func (s *Service) record(ctx context.Context, id string, size int64, storeName, protoName string, params map[string]string) (*v1alpha1.PillarVolumeState, error) {
+func (s *Service) record(ctx context.Context, id string, size int64, storeName, protoName string, params map[string]string, ds *v1alpha1.VolumeDataSource) (*v1alpha1.PillarVolumeState, error) {
 	// A store being deleted waits for its volumes; it takes no new one.
 	var st v1alpha1.PillarStore
 	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: storeName}, &st); err == nil && !st.DeletionTimestamp.IsZero() {
@@ -146,6 +165,7 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 			StoreUID:              st.UID,
 			ProtocolName:          v1alpha1.ObjectName(protoName),
 			CapacityBytes:         size,
+			DataSource:            ds,
 			PublicationGeneration: 1,
 			Export: &v1alpha1.ExportSpec{BindAddress: t.BindAddress, Port: port, ACLEnabled: ptr.To(t.ACLEnabled == nil || *t.ACLEnabled),
 				SubsystemNQN: v1alpha1.NQN(ident.SubsystemNQN)},
@@ -181,13 +201,20 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 		return nil, err
 	}
 	if !v.Status.BackendCreated {
+		var cs *agentv1.ContentSource
+		if v.Spec.DataSource != nil {
+			if cs, err = s.contentSource(ctx, v, conn.Agent); err != nil {
+				return nil, err
+			}
+		}
 		tok := tokenOf(v)
 		if !unspent {
 			if tok, err = s.issue(ctx, v); err != nil {
 				return nil, err
 			}
 		}
-		resp, err := conn.Agent.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store, CapacityBytes: v.Spec.CapacityBytes})
+		resp, err := conn.Agent.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store,
+			CapacityBytes: v.Spec.CapacityBytes, ContentSource: cs})
 		if err != nil {
 			return nil, s.agentError(v, "CreateVolume", err)
 		}
@@ -199,15 +226,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 	}
 	if !fits(v.Status.CapacityBytes, r) {
 		// No CO deletes a volume whose creation failed: roll it back.
-		if err := s.cfg.Client.Delete(ctx, v); client404(err) != nil {
-			return nil, errorf(codes.Unavailable, v.Name, "rolling back: %v", err)
-		}
-		if err := s.retrying(ctx, v.Name, func(v *v1alpha1.PillarVolumeState) error {
-			if v == nil {
-				return nil
-			}
-			return s.teardown(ctx, v)
-		}); err != nil {
+		if err := s.rollBack(ctx, v); err != nil {
 			return nil, err
 		}
 		return nil, errorf(codes.OutOfRange, v.Name, "the backend rounds the size to %d bytes, outside the requested range %d..%d; the volume was rolled back",
@@ -233,6 +252,20 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 			v.Status.CapacityBytes, v.Spec.StoreName, subsystemNQN(v), e.BindAddress, e.Port, *e.ACLEnabled)
 	}
 	return v, nil
+}
+
+// rollBack deletes the record of a volume whose creation cannot succeed,
+// through the same teardown as DeleteVolume.
+func (s *Service) rollBack(ctx context.Context, v *v1alpha1.PillarVolumeState) error {
+	if err := s.cfg.Client.Delete(ctx, v); client404(err) != nil {
+		return errorf(codes.Unavailable, v.Name, "rolling back: %v", err)
+	}
+	return s.retrying(ctx, v.Name, func(v *v1alpha1.PillarVolumeState) error {
+		if v == nil {
+			return nil
+		}
+		return s.teardown(ctx, v)
+	})
 }
 
 // writeStatus records a confirmed step. A lost race means the step's result

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
@@ -295,14 +296,19 @@ func storesOn(stores []v1alpha1.PillarStore, agentName string) map[v1alpha1.Obje
 // accepts. A record without a UID (from a release that did not record it)
 // is matched by name.
 func sameStore(v *v1alpha1.PillarVolumeState, st *v1alpha1.PillarStore) error {
-	want := v.Spec.StoreUID
+	return storeIs("volume", v.Name, v.Spec.StoreUID, st)
+}
+
+// storeIs is sameStore for what (a volume or a snapshot) named name,
+// recorded in the store of UID want.
+func storeIs(what, name string, want types.UID, st *v1alpha1.PillarStore) error {
 	if want == "" || st.UID == want || st.Annotations[v1alpha1.AnnotationAdoptStoreUID] == string(want) {
 		return nil
 	}
-	return status.Errorf(codes.FailedPrecondition, "volume %s: PillarStore %q (UID %s) is not the store the volume was created in (UID %s): "+
+	return status.Errorf(codes.FailedPrecondition, "%s %s: PillarStore %q (UID %s) is not the store the %s was created in (UID %s): "+
 		"that store was deleted and this one created under its name, perhaps on another pool or node, so nothing is done through it. "+
 		"If this store names the same agent and pool, annotate it: kubectl annotate pillarstore %s %s=%s (docs/troubleshooting.md, StoreReplaced)",
-		v.Name, st.Name, st.UID, want, st.Name, v1alpha1.AnnotationAdoptStoreUID, want)
+		what, name, st.Name, st.UID, what, want, st.Name, v1alpha1.AnnotationAdoptStoreUID, want)
 }
 
 // exported reports whether the record states an export that the agent

@@ -58,6 +58,22 @@ func (s *Service) ControllerExpandVolume(ctx context.Context, req *csi.Controlle
 	return resp, err
 }
 
+// CreateSnapshot: see createSnapshot.
+func (s *Service) CreateSnapshot(ctx context.Context, req *csi.CreateSnapshotRequest) (*csi.CreateSnapshotResponse, error) {
+	resp, err := s.createSnapshot(ctx, req)
+	if req.GetName() != "" {
+		s.recordSnapshotOutcome(ctx, "CreateSnapshot", snapshotIDFor(req.GetName()), err)
+	}
+	return resp, err
+}
+
+// DeleteSnapshot: see deleteSnapshot.
+func (s *Service) DeleteSnapshot(ctx context.Context, req *csi.DeleteSnapshotRequest) (*csi.DeleteSnapshotResponse, error) {
+	resp, err := s.deleteSnapshot(ctx, req)
+	s.recordSnapshotOutcome(ctx, "DeleteSnapshot", req.GetSnapshotId(), err)
+	return resp, err
+}
+
 // failureWriteTimeout bounds the write of lastFailure; it runs after the
 // call, also when the caller's deadline has passed (that is a failure
 // worth recording too).
@@ -76,6 +92,25 @@ const maxFailureMessage = 1024
 // writes nothing when there was no failure. Errors are logged, never
 // returned: the record is for people.
 func (s *Service) recordOutcome(ctx context.Context, op, id string, callErr error) {
+	s.keepOutcome(ctx, op, "DeleteVolume", &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: id}},
+		func(o client.Object) *v1alpha1.OperationFailure {
+			return o.(*v1alpha1.PillarVolumeState).Status.LastFailure
+		}, callErr)
+}
+
+// recordSnapshotOutcome is recordOutcome for a snapshot's record.
+func (s *Service) recordSnapshotOutcome(ctx context.Context, op, id string, callErr error) {
+	s.keepOutcome(ctx, op, "DeleteSnapshot", &v1alpha1.PillarSnapshotState{ObjectMeta: metav1.ObjectMeta{Name: id}},
+		func(o client.Object) *v1alpha1.OperationFailure {
+			return o.(*v1alpha1.PillarSnapshotState).Status.LastFailure
+		}, callErr)
+}
+
+// keepOutcome writes callErr into the lastFailure of obj (a record, named
+// only), or clears it once op succeeds; a success of clearsAll clears any
+// failure. last reads lastFailure of a record read into obj.
+func (s *Service) keepOutcome(ctx context.Context, op, clearsAll string, obj client.Object, last func(client.Object) *v1alpha1.OperationFailure, callErr error) {
+	id := obj.GetName()
 	if id == "" || status.Code(callErr) == codes.Aborted {
 		return
 	}
@@ -83,14 +118,13 @@ func (s *Service) recordOutcome(ctx context.Context, op, id string, callErr erro
 	defer cancel()
 	var lf *v1alpha1.OperationFailure
 	if callErr == nil {
-		var v v1alpha1.PillarVolumeState
-		if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: id}, &v); err != nil {
+		if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: id}, obj); err != nil {
 			if !apierrors.IsNotFound(err) {
-				s.log.Debug("lastFailure not checked", "volume_id", id, "error", err)
+				s.log.Debug("lastFailure not checked", "name", id, "error", err)
 			}
 			return
 		}
-		if v.Status.LastFailure == nil || (v.Status.LastFailure.Operation != op && op != "DeleteVolume") {
+		if f := last(obj); f == nil || (f.Operation != op && op != clearsAll) {
 			return
 		}
 	} else {
@@ -106,11 +140,10 @@ func (s *Service) recordOutcome(ctx context.Context, op, id string, callErr erro
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"lastFailure": lf}})
 	if err != nil {
-		s.log.Warn("lastFailure not written", "volume_id", id, "error", err)
+		s.log.Warn("lastFailure not written", "name", id, "error", err)
 		return
 	}
-	v := &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: id}}
-	if err := s.cfg.Client.Status().Patch(ctx, v, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		s.log.Warn("lastFailure not written", "volume_id", id, "operation", op, "error", err)
+	if err := s.cfg.Client.Status().Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		s.log.Warn("lastFailure not written", "name", id, "operation", op, "error", err)
 	}
 }

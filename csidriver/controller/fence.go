@@ -92,10 +92,22 @@ func (s *Service) agentError(v *v1alpha1.PillarVolumeState, what string, err err
 // token: it means another controller (or a later call) has moved the
 // volume on, and is never retried blindly.
 func mapAgentError(id, what string, err error) error {
+	return mapAgentErrorFor("volume", id, what, err)
+}
+
+// mapAgentErrorFor is mapAgentError for a call on kind ("volume",
+// "snapshot") id.
+func mapAgentErrorFor(kind, id, what string, err error) error {
 	if rej, ok := agentv1.FencingRejectionOf(err); ok {
-		return errorf(codes.FailedPrecondition, id, "%s refused by the agent's fencing (%s); "+
-			"a newer operation or another controller has taken the volume over (pillar-controller's and the agent's logs name the tokens)",
-			what, rej.GetReason())
+		of := ""
+		if k := rej.GetVolumeId(); k != "" && k != id {
+			// The other lifecycle of the call: a restore's snapshot, a
+			// clone's or a snapshot's source.
+			of = " for " + k
+		}
+		return status.Errorf(codes.FailedPrecondition, "%s %s: %s refused by the agent's fencing (%s)%s; "+
+			"a newer operation or another controller has taken it over, or it has ended (pillar-controller's and the agent's logs name the tokens)",
+			kind, id, what, rej.GetReason(), of)
 	}
 	st := status.Convert(err)
 	code := st.Code()
@@ -109,7 +121,7 @@ func mapAgentError(id, what string, err error) error {
 	default:
 		code = codes.Internal
 	}
-	return status.Error(code, fmt.Sprintf("volume %s: %s: %s", id, what, st.Message()))
+	return status.Error(code, fmt.Sprintf("%s %s: %s: %s", kind, id, what, st.Message()))
 }
 
 // lostOr maps the error of a PillarVolumeState write: a conflict is a lost

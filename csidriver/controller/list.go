@@ -20,15 +20,8 @@ func (s *Service) ListVolumes(ctx context.Context, req *csi.ListVolumesRequest) 
 		return nil, status.Errorf(codes.InvalidArgument, "max_entries %d is negative", req.GetMaxEntries())
 	}
 	var l v1alpha1.PillarVolumeStateList
-	opts := []client.ListOption{client.Continue(req.GetStartingToken())}
-	if n := req.GetMaxEntries(); n > 0 {
-		opts = append(opts, client.Limit(int64(n)))
-	}
-	if err := s.cfg.Reader.List(ctx, &l, opts...); err != nil {
-		if req.GetStartingToken() != "" && (apierrors.IsBadRequest(err) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) {
-			return nil, status.Errorf(codes.Aborted, "starting token %q: %v", req.GetStartingToken(), err)
-		}
-		return nil, status.Errorf(codes.Unavailable, "listing PillarVolumeStates: %v", err)
+	if err := s.listPage(ctx, "PillarVolumeStates", &l, req.GetMaxEntries(), req.GetStartingToken()); err != nil {
+		return nil, err
 	}
 	resp := &csi.ListVolumesResponse{NextToken: l.Continue}
 	for i := range l.Items {
@@ -67,4 +60,22 @@ func volumeBytes(v *v1alpha1.PillarVolumeState) int64 {
 		return v.Status.CapacityBytes
 	}
 	return v.Spec.CapacityBytes
+}
+
+// listPage lists one page of records into l, from the API server: at most
+// max (0: all), after the CSI starting token, which is the API server's
+// continue token. An expired or foreign token is ABORTED, as the CSI spec
+// asks.
+func (s *Service) listPage(ctx context.Context, what string, l client.ObjectList, max int32, token string) error {
+	opts := []client.ListOption{client.Continue(token)}
+	if max > 0 {
+		opts = append(opts, client.Limit(int64(max)))
+	}
+	if err := s.cfg.Reader.List(ctx, l, opts...); err != nil {
+		if token != "" && (apierrors.IsBadRequest(err) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err)) {
+			return status.Errorf(codes.Aborted, "starting token %q: %v", token, err)
+		}
+		return status.Errorf(codes.Unavailable, "listing %s: %v", what, err)
+	}
+	return nil
 }

@@ -20,8 +20,8 @@ type Metrics struct {
 }
 
 // NewMetrics registers the service's metrics with reg. volumes reads
-// PillarVolumeStates (a cached client) when /metrics is scraped, for the
-// count of volumes by state.
+// PillarVolumeStates and PillarSnapshotStates (a cached client) when
+// /metrics is scraped, for the counts of volumes and snapshots by state.
 func NewMetrics(reg prometheus.Registerer, volumes client.Reader) (*Metrics, error) {
 	m := &Metrics{
 		calls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer, volumes client.Reader) (*Metrics, err
 			Help: "Agent calls refused by the agent's fencing, by reason: another controller or a newer operation holds the volume.",
 		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.calls, m.rejected, &volumeCollector{r: volumes}} {
+	for _, c := range []prometheus.Collector{m.calls, m.rejected, &volumeCollector{r: volumes}, &snapshotCollector{r: volumes}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -92,5 +92,36 @@ func (c *volumeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for st, v := range n {
 		ch <- prometheus.MustNewConstMetric(volumesDesc, prometheus.GaugeValue, v, st)
+	}
+}
+
+// snapshotCollector counts PillarSnapshotStates by state when scraped.
+type snapshotCollector struct{ r client.Reader }
+
+var snapshotsDesc = prometheus.NewDesc("pillar_controller_snapshots", "PillarSnapshotStates by state: pending (recorded, not confirmed by the agent yet), ready, deleting.", []string{"state"}, nil)
+
+func (c *snapshotCollector) Describe(ch chan<- *prometheus.Desc) { ch <- snapshotsDesc }
+
+func (c *snapshotCollector) Collect(ch chan<- prometheus.Metric) {
+	var l v1alpha1.PillarSnapshotStateList
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.r.List(ctx, &l); err != nil {
+		ch <- prometheus.NewInvalidMetric(snapshotsDesc, err)
+		return
+	}
+	n := map[string]float64{"pending": 0, "ready": 0, "deleting": 0}
+	for _, sn := range l.Items {
+		switch {
+		case !sn.DeletionTimestamp.IsZero():
+			n["deleting"]++
+		case sn.Status.ReadyToUse:
+			n["ready"]++
+		default:
+			n["pending"]++
+		}
+	}
+	for st, v := range n {
+		ch <- prometheus.MustNewConstMetric(snapshotsDesc, prometheus.GaugeValue, v, st)
 	}
 }

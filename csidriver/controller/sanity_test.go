@@ -67,7 +67,7 @@ func TestSanity(t *testing.T) {
 	sc := sanity.GinkgoTest(&cfg)
 	gomega.RegisterFailHandler(ginkgo.Fail)
 	suite, reporter := ginkgo.GinkgoConfiguration()
-	suite.FocusStrings = []string{"Controller Service", "Identity Service"}
+	suite.FocusStrings = []string{"Controller Service", "Identity Service", "Snapshots? \\[Controller Server\\]"}
 	reporter.Succinct = true
 	reporter.NoColor = true
 	ginkgo.RunSpecs(t, "pillar-controller csi-sanity", suite, reporter)

@@ -78,9 +78,14 @@ func New(cfg Config) *Service {
 
 // lock marks a volume busy; the second caller gets ABORTED.
 func (s *Service) lock(id string) (func(), error) {
-	unlock, _, ok := s.locks.TryLock(id, "")
+	return s.lockKey(id, "volume "+id)
+}
+
+// lockKey marks key busy; the second caller gets ABORTED, naming what.
+func (s *Service) lockKey(key, what string) (func(), error) {
+	unlock, _, ok := s.locks.TryLock(key, "")
 	if !ok {
-		return nil, status.Errorf(codes.Aborted, "an operation on volume %s is already in progress", id)
+		return nil, status.Errorf(codes.Aborted, "an operation on %s is already in progress", what)
 	}
 	return unlock, nil
 }

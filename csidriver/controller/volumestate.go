@@ -72,15 +72,8 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, nil
 	}
 	// Provisioning not complete: abandoned?
-	after := r.AbandonAfter
-	if after <= 0 {
-		after = DefaultAbandonAfter
-	}
-	now := time.Now
-	if r.Now != nil {
-		now = r.Now
-	}
-	if wait := v.CreationTimestamp.Add(after).Sub(now()); wait > 0 {
+	after, wait := abandonWait(v.CreationTimestamp, r.AbandonAfter, r.Now)
+	if wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	abandoned, why, err := r.abandoned(ctx, v)
@@ -107,6 +100,20 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	s.log.Info("abandoned provisioning rolled back", "volume_id", v.Name, "pvc", v.Annotations[AnnotationPVCNamespace]+"/"+v.Annotations[AnnotationPVCName])
 	return ctrl.Result{}, nil
+}
+
+// abandonWait is how long a record made at created still waits before it
+// may be judged abandoned (zero or less: now), and after, the wait it is
+// given: AbandonAfter, or DefaultAbandonAfter when zero; now is time.Now
+// when nil.
+func abandonWait(created metav1.Time, after time.Duration, now func() time.Time) (time.Duration, time.Duration) {
+	if after <= 0 {
+		after = DefaultAbandonAfter
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return after, created.Add(after).Sub(now())
 }
 
 // exportSpec keeps the ExportSpecMissing condition true to the spec.

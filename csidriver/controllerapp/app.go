@@ -117,7 +117,8 @@ type Options struct {
 	// client-go's too); slog.Default() if nil.
 	Logger *slog.Logger
 	// AbandonAfter is how long a volume whose CreateVolume never completed
-	// may wait for its claim before it is rolled back;
+	// may wait for its claim, and a snapshot whose CreateSnapshot never
+	// completed for its VolumeSnapshotContent, before it is rolled back;
 	// controller.DefaultAbandonAfter if zero.
 	AbandonAfter time.Duration
 	// CSIEndpoint is where the CSI Identity and Controller services are
@@ -257,6 +258,10 @@ func New(cfg *rest.Config, opts Options, metricsReg prometheus.Registerer) (*App
 		StoreChanged: ctrls.StoreChanged, Metrics: cm, Recorder: mgr.GetEventRecorder("pillar-controller"), Logger: log})
 	push.svc, push.client, push.recorder = svc, mgr.GetClient(), mgr.GetEventRecorder("pillar-controller")
 	if err := (&controller.VolumeStateReconciler{Service: svc, Recorder: mgr.GetEventRecorder("pillar-controller"),
+		AbandonAfter: opts.AbandonAfter}).Setup(mgr); err != nil {
+		return nil, err
+	}
+	if err := (&controller.SnapshotStateReconciler{Service: svc, Recorder: mgr.GetEventRecorder("pillar-controller"),
 		AbandonAfter: opts.AbandonAfter}).Setup(mgr); err != nil {
 		return nil, err
 	}

@@ -693,6 +693,54 @@ func TestExpandFilesystem(t *testing.T) {
 	}
 }
 
+// TestStageGrowsAnExistingFilesystem: a volume restored from a snapshot
+// or cloned into a larger size holds a filesystem smaller than its device,
+// and no NodeExpandVolume comes for it: staging an existing filesystem
+// read-write grows it; a new one, or a read-only stage, is left alone.
+func TestStageGrowsAnExistingFilesystem(t *testing.T) {
+	for _, fs := range []string{"ext4", "xfs"} {
+		t.Run(fs, func(t *testing.T) {
+			e := newEnv(t)
+			tool := map[string]string{"ext4": "resize2fs", "xfs": "xfs_growfs"}[fs]
+			e.stage(vol, mountCap(fs))
+			if got := e.run.called(tool); len(got) != 0 {
+				t.Errorf("a new filesystem was grown: %v", got)
+			}
+			// A repeated stage finds it mounted and grows it: the retry of
+			// a stage whose grow failed.
+			e.stage(vol, mountCap(fs))
+			if got := e.run.called(tool); len(got) != 1 {
+				t.Errorf("grow calls %v at a repeated stage, want one", got)
+			}
+			if err := e.unstage(e.svc, vol); err != nil {
+				t.Fatal(err)
+			}
+			e.stage(vol, mountCap(fs)) // a new connection: another device
+			want := "resize2fs " + e.fake.Device(vol)
+			if fs == "xfs" {
+				want = "xfs_growfs " + e.staging(vol)
+			}
+			if got := e.run.called(tool); len(got) != 2 || got[1] != want {
+				t.Errorf("grow calls %v at the second stage, want %q last", got, want)
+			}
+			// xfs mounts without its UUID check: a clone beside its
+			// source has the same UUID.
+			if mp, ok := e.mountAt(e.staging(vol)); !ok || slices.Contains(mp.Opts, "nouuid") != (fs == "xfs") {
+				t.Errorf("staging mount %+v: nouuid only for xfs", mp)
+			}
+			if err := e.unstage(e.svc, vol); err != nil {
+				t.Fatal(err)
+			}
+			rox := mountCap(fs)
+			rox.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY
+			e.stage(vol, rox)
+			if got := e.run.called(tool); len(got) != 2 {
+				t.Errorf("a read-only stage grew the filesystem: %v", got)
+			}
+		})
+	}
+}
+
 func TestExpandWaitsBounded(t *testing.T) {
 	e := newEnv(t)
 	e.svc.cfg.ResizeTimeout = 50e6 // 50ms

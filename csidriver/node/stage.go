@@ -142,7 +142,9 @@ func (s *Service) stageMount(ctx context.Context, log *slog.Logger, devPath stri
 			return status.Errorf(codes.FailedPrecondition, "staging path %s already has %s mounted, not volume %s's device %s", r.StagingPath, src, r.VolumeID, devPath)
 		}
 		log.Info("already mounted", "staging_path", r.StagingPath)
-		return nil
+		// A retry after a grow that failed (below) finds the volume
+		// mounted: grow it now.
+		return s.growStaged(ctx, r, devPath)
 	}
 	formatted, err := s.prepareFilesystem(ctx, devPath, r.FsType, r.ReadOnly)
 	if err != nil {
@@ -155,10 +157,35 @@ func (s *Service) stageMount(ctx context.Context, log *slog.Logger, devPath stri
 	if r.ReadOnly {
 		opts = append(opts, "ro")
 	}
+	if r.FsType == "xfs" && !slices.Contains(opts, "nouuid") {
+		// A restored or cloned volume holds its source's filesystem,
+		// UUID and all, and xfs refuses to mount a second filesystem of
+		// one UUID on a node ("Filesystem has duplicate UUID"): a clone
+		// could not be used beside its source.
+		opts = append(opts, "nouuid")
+	}
 	if err := s.mounter.Mount(devPath, r.StagingPath, r.FsType, opts); err != nil {
 		return statusOf("mount", err)
 	}
 	log.Info("mounted", "device", devPath, "staging_path", r.StagingPath, "options", opts)
+	if formatted {
+		return nil
+	}
+	return s.growStaged(ctx, r, devPath)
+}
+
+// growStaged grows the filesystem of a volume staged read-write to its
+// device. It may be smaller: a volume restored from a snapshot or cloned
+// into a larger size (the CO calls no NodeExpandVolume for it), or an
+// expansion whose node step was lost. Growing a filesystem that fills its
+// device is a no-op.
+func (s *Service) growStaged(ctx context.Context, r stage.Record, devPath string) error {
+	if r.ReadOnly {
+		return nil
+	}
+	if err := s.resize(ctx, r.FsType, devPath, r.StagingPath); err != nil {
+		return statusOf("grow the filesystem to its device", err)
+	}
 	return nil
 }
 

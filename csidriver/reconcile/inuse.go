@@ -23,11 +23,13 @@ const InUseFinalizer = "pillar-csi.io/in-use"
 // the wake-up a volume's deletion sends.
 const inUseRecheck = time.Minute
 
-// +kubebuilder:rbac:groups=pillar-csi.io,resources=pillarvolumestates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=pillar-csi.io,resources=pillarvolumestates;pillarsnapshotstates,verbs=get;list;watch
 
-// volumesOn lists the volumes whose record names one of stores, read from
-// the API server: the cache may not show a volume created a moment ago,
-// and a finalizer dropped on its word could not be put back.
+// volumesOn lists the volumes and snapshots ("snapshot NAME") whose record
+// names one of stores, read from the API server: the cache may not show a
+// volume created a moment ago, and a finalizer dropped on its word could
+// not be put back. A snapshot outlives its source volume, so it holds its
+// store on its own.
 func volumesOn(ctx context.Context, r client.Reader, stores ...string) ([]string, error) {
 	var l v1alpha1.PillarVolumeStateList
 	if err := r.List(ctx, &l); err != nil {
@@ -37,6 +39,15 @@ func volumesOn(ctx context.Context, r client.Reader, stores ...string) ([]string
 	for _, v := range l.Items {
 		if slices.Contains(stores, string(v.Spec.StoreName)) {
 			out = append(out, v.Name)
+		}
+	}
+	var sl v1alpha1.PillarSnapshotStateList
+	if err := r.List(ctx, &sl); err != nil {
+		return nil, err
+	}
+	for _, sn := range sl.Items {
+		if slices.Contains(stores, string(sn.Spec.StoreName)) {
+			out = append(out, "snapshot "+sn.Name)
 		}
 	}
 	slices.Sort(out)
@@ -70,7 +81,7 @@ func waitsFor(kind string, vols []string) verdict {
 	if len(vols) > shown {
 		names += fmt.Sprintf(" and %d more", len(vols)-shown)
 	}
-	return notReady(v1alpha1.ReasonDeletionWaitsForVolumes, "the deletion waits until no volume lives on this %s: %d still do (%s). Delete their PersistentVolumeClaims; "+
-		"a PersistentVolume with reclaim policy Retain keeps its volume until its policy is set to Delete. "+
-		"kubectl get pillarvolumestates lists the volumes", kind, len(vols), names)
+	return notReady(v1alpha1.ReasonDeletionWaitsForVolumes, "the deletion waits until no volume or snapshot lives on this %s: %d still do (%s). Delete their PersistentVolumeClaims "+
+		"and VolumeSnapshots; a PersistentVolume with reclaim policy Retain keeps its volume until its policy is set to Delete, a VolumeSnapshotContent with "+
+		"deletionPolicy Retain its snapshot. kubectl get pillar-volumes lists them", kind, len(vols), names)
 }

@@ -107,8 +107,8 @@ func checkAdmissionPolicy(t *testing.T, r *rendered, n objectNames) {
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update, admissionregistrationv1.Delete},
 		Rule: admissionregistrationv1.Rule{
 			APIGroups: []string{v1alpha1.GroupName}, APIVersions: []string{"*"},
-			// Not pillarvolumestates/status.
-			Resources: []string{"pillarvolumestates"},
+			// Not their /status.
+			Resources: []string{"pillarvolumestates", "pillarsnapshotstates"},
 		},
 	}}}
 	if p.Spec.MatchConstraints == nil {
@@ -341,6 +341,31 @@ func TestAdmissionPolicyEnforced(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantDenied("delete annotated "+allowDelete+"=yes", admin.Delete(ctx(t), full.DeepCopy()))
+	})
+
+	t.Run("snapshot record", func(t *testing.T) {
+		snap := &v1alpha1.PillarSnapshotState{
+			ObjectMeta: metav1.ObjectMeta{Name: "snapshot-guard"},
+			Spec:       v1alpha1.PillarSnapshotStateSpec{SnapshotID: "snapshot-guard", SourceVolumeID: full.Name, StoreName: "zfs-fast"},
+		}
+		if err := admin.Create(ctx(t), snap); err != nil {
+			t.Fatalf("creating PillarSnapshotState as the administrator: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := controller.Delete(context.Background(), snap.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("cleanup: deleting PillarSnapshotState as the controller: %v", err)
+			}
+		})
+		wantDenied("snapshot record delete", admin.Delete(ctx(t), snap.DeepCopy()))
+		if err := admin.DeleteAllOf(ctx(t), &v1alpha1.PillarSnapshotState{}); !denied(err) {
+			t.Errorf("delete of every PillarSnapshotState: got %v, want the refusal of %s", err, policy)
+		}
+		if err := admin.Status().Patch(ctx(t), snap.DeepCopy(), merge(`{"status":{"readyToUse":true}}`)); err != nil {
+			t.Errorf("status subresource patch refused: %v", err)
+		}
+		if err := controller.Delete(ctx(t), snap.DeepCopy()); err != nil {
+			t.Errorf("the controller's delete of a PillarSnapshotState: %v", err)
+		}
 	})
 
 	t.Run("ExportSpecMissing recovery", func(t *testing.T) {

@@ -69,6 +69,26 @@ func matrix() []matrixCase {
 				checkCommon(t, r, n, defaultImages("0.1.0"), "/var/lib/kubelet")
 				checkAdmissionPolicy(t, r, n)
 			}},
+		{name: "snapshots served, snapshot controller on", rel: release{name: "pillar-csi", namespace: "pillar-csi", apiVersions: []string{snapshotsServed},
+			values: map[string]any{"snapshots": map[string]any{"controller": map[string]any{"enabled": true},
+				"volumeSnapshotClass": map[string]any{"isDefault": true, "deletionPolicy": "Retain"}}}},
+			check: func(t *testing.T, r *rendered) {
+				n := names("pillar-csi")
+				img := defaultImages("0.1.0")
+				img.snapshotter = "registry.k8s.io/sig-storage/csi-snapshotter:v8.7.0"
+				checkCommon(t, r, n, img, "/var/lib/kubelet")
+				checkSnapshots(t, r, n, "Retain", true)
+			}},
+		{name: "snapshots served, sidecar and class off", rel: release{name: "pillar-csi", namespace: "pillar-csi", apiVersions: []string{snapshotsServed},
+			values: map[string]any{"controller": map[string]any{"snapshotter": map[string]any{"enabled": false}},
+				"snapshots": map[string]any{"volumeSnapshotClass": map[string]any{"create": "false"}}}},
+			check: func(t *testing.T, r *rendered) {
+				n := names("pillar-csi")
+				checkCommon(t, r, n, defaultImages("0.1.0"), "/var/lib/kubelet")
+				if len(r.find("VolumeSnapshotClass")) != 0 {
+					t.Error("a VolumeSnapshotClass rendered with create: false")
+				}
+			}},
 		{name: "cert-manager mTLS", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
 			"tls":          map[string]any{"mode": "certManager", "certManager": map[string]any{"extraIPAddresses": []any{"198.51.100.7"}}},
 			"storageNodes": storageNodes,
@@ -78,6 +98,14 @@ func matrix() []matrixCase {
 			checkAgent(t, r, n, "pillar-csi-agent-tls", []string{"^/dev/zd", "^/dev/nvme"})
 			checkPillarAgents(t, r, "pillar-csi-controller-client-tls", "pillar-csi")
 			checkCertManager(t, r)
+		}},
+		{name: "chart-generated mTLS", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
+			"tls":          map[string]any{"mode": "generated"},
+			"storageNodes": generatedNodes,
+		}}, check: func(t *testing.T, r *rendered) {
+			n := names("pillar-csi")
+			checkCommon(t, r, n, defaultImages("0.1.0"), "/var/lib/kubelet")
+			checkGeneratedTLS(t, r, n)
 		}},
 		{name: "Secret mTLS", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
 			"tls": map[string]any{"mode": "secret", "secret": map[string]any{
@@ -213,7 +241,10 @@ func testDigest(s string) string {
 
 type images struct {
 	controller, agent, node, provisioner, attacher, resizer string
-	pullPolicy                                              corev1.PullPolicy
+	// snapshotter is csi-snapshotter's image where the case runs it,
+	// empty where it must not (the snapshot API is not served).
+	snapshotter string
+	pullPolicy  corev1.PullPolicy
 }
 
 func defaultImages(appVersion string) images {
@@ -282,8 +313,12 @@ func checkController(t *testing.T, r *rendered, n objectNames, img images) {
 	if sc := pod.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
 		t.Errorf("controller pod does not run as non-root: %+v", sc)
 	}
-	if got := containerNames(pod.Containers); !slices.Equal(got, []string{"pillar-controller", "csi-provisioner", "csi-attacher", "csi-resizer"}) {
-		t.Errorf("containers %v", got)
+	wantContainers := []string{"pillar-controller", "csi-provisioner", "csi-attacher", "csi-resizer"}
+	if img.snapshotter != "" {
+		wantContainers = append(wantContainers, "csi-snapshotter")
+	}
+	if got := containerNames(pod.Containers); !slices.Equal(got, wantContainers) {
+		t.Errorf("containers %v, want %v", got, wantContainers)
 	}
 	socket := volume(t, pod.Volumes, "socket-dir")
 	if socket.EmptyDir == nil {
@@ -326,11 +361,15 @@ func checkController(t *testing.T, r *rendered, n objectNames, img images) {
 	}
 
 	sidecars := map[string][]string{
-		"csi-provisioner": {"--extra-create-metadata", "--default-fstype=ext4", "--timeout=10m", "--snapshot-orphan-sweep-interval=0"},
+		"csi-provisioner": {"--extra-create-metadata", "--default-fstype=ext4", "--timeout=10m"},
 		"csi-attacher":    {"--timeout=60s"},
 		"csi-resizer":     {"--timeout=60s", "--handle-volume-inuse-error=false"},
 	}
 	sidecarImages := map[string]string{"csi-provisioner": img.provisioner, "csi-attacher": img.attacher, "csi-resizer": img.resizer}
+	if img.snapshotter != "" {
+		sidecars["csi-snapshotter"] = []string{"--extra-create-metadata", "--timeout=5m"}
+		sidecarImages["csi-snapshotter"] = img.snapshotter
+	}
 	for name, extra := range sidecars {
 		c := container(t, pod.Containers, name)
 		wantImage(t, c, sidecarImages[name])
@@ -401,7 +440,11 @@ func checkControllerRBAC(t *testing.T, r *rendered, n objectNames) {
 		t.Errorf("Secret Roles in %v, want one in each of %v but %s", secretRoles, secretNS, r.namespace)
 	}
 	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: n.controller, Namespace: r.namespace}}
-	for _, role := range []string{n.controller, n.fullname + "-provisioner", n.fullname + "-attacher", n.fullname + "-resizer"} {
+	roles := []string{n.controller, n.fullname + "-provisioner", n.fullname + "-attacher", n.fullname + "-resizer"}
+	if slices.ContainsFunc(r.find("ClusterRole"), func(o *unstructured.Unstructured) bool { return o.GetName() == n.fullname+"-snapshotter" }) {
+		roles = append(roles, n.fullname+"-snapshotter")
+	}
+	for _, role := range roles {
 		crb := get[rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", role)
 		if crb.RoleRef != (rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role}) {
 			t.Errorf("ClusterRoleBinding %s: roleRef %+v", role, crb.RoleRef)
@@ -557,7 +600,13 @@ func checkNode(t *testing.T, r *rendered, n objectNames, img images, kubeletDir 
 // for mTLS, or "" for plaintext.
 func checkAgent(t *testing.T, r *rendered, n objectNames, tlsSecret string, lvmReject []string) {
 	t.Helper()
-	ds := get[appsv1.DaemonSet](t, r, "DaemonSet", n.agent)
+	checkAgentDaemonSet(t, r, n, n.agent, tlsSecret, lvmReject)
+}
+
+// checkAgentDaemonSet asserts the agent DaemonSet named ds.
+func checkAgentDaemonSet(t *testing.T, r *rendered, n objectNames, name, tlsSecret string, lvmReject []string) {
+	t.Helper()
+	ds := get[appsv1.DaemonSet](t, r, "DaemonSet", name)
 	pod := ds.Spec.Template.Spec
 	checkHostPod(t, "agent", pod, n.agent, r)
 	if len(pod.NodeSelector) == 0 {
@@ -930,5 +979,59 @@ func wantHTTPProbe(t *testing.T, who, kind string, p *corev1.Probe, path, port s
 	}
 	if p.HTTPGet.Path != path || p.HTTPGet.Port.String() != port {
 		t.Errorf("%s: %s probe GET %s on %s, want %s on %s", who, kind, p.HTTPGet.Path, p.HTTPGet.Port.String(), path, port)
+	}
+}
+
+// snapshotsServed is what helm install finds where the cluster has the
+// snapshot CRDs.
+const snapshotsServed = "snapshot.storage.k8s.io/v1/VolumeSnapshotClass"
+
+// checkSnapshots asserts the snapshot parts of a case where the cluster
+// serves the snapshot API and the chart runs the snapshot controller: the
+// driver's VolumeSnapshotClass, csi-snapshotter's role (contents and
+// classes only, no VolumeSnapshots, no Secrets) bound to the controller's
+// ServiceAccount, and the snapshot controller in a pod of its own.
+func checkSnapshots(t *testing.T, r *rendered, n objectNames, deletionPolicy string, isDefault bool) {
+	t.Helper()
+	vsc := r.find("VolumeSnapshotClass")
+	if len(vsc) != 1 {
+		t.Fatalf("%d VolumeSnapshotClasses, want 1", len(vsc))
+	}
+	if d, p := vsc[0].Object["driver"], vsc[0].Object["deletionPolicy"]; d != "pillar-csi.io" || p != deletionPolicy {
+		t.Errorf("VolumeSnapshotClass driver %v, deletionPolicy %v; want pillar-csi.io, %s", d, p, deletionPolicy)
+	}
+	if got := vsc[0].GetAnnotations()["snapshot.storage.kubernetes.io/is-default-class"] == "true"; got != isDefault {
+		t.Errorf("VolumeSnapshotClass is the default: %v, want %v", got, isDefault)
+	}
+	sn := get[rbacv1.ClusterRole](t, r, "ClusterRole", n.fullname+"-snapshotter")
+	if !grants(sn.Rules, "snapshot.storage.k8s.io", "volumesnapshotcontents/status", "patch") || !grants(sn.Rules, "snapshot.storage.k8s.io", "volumesnapshotclasses", "watch") {
+		t.Errorf("csi-snapshotter cannot patch content status or watch classes: %+v", sn.Rules)
+	}
+	if grants(sn.Rules, "snapshot.storage.k8s.io", "volumesnapshots", "get") || grants(sn.Rules, "snapshot.storage.k8s.io", "volumesnapshotcontents", "delete") {
+		t.Errorf("csi-snapshotter may read VolumeSnapshots or delete contents, which only the snapshot controller does: %+v", sn.Rules)
+	}
+	prov := get[rbacv1.ClusterRole](t, r, "ClusterRole", n.fullname+"-provisioner")
+	if !grants(prov.Rules, "snapshot.storage.k8s.io", "volumesnapshots", "update") || !grants(prov.Rules, "snapshot.storage.k8s.io", "volumesnapshotcontents", "get") {
+		t.Errorf("the provisioner cannot restore from a VolumeSnapshot (read it and its content, keep its finalizer): %+v", prov.Rules)
+	}
+	name := n.fullname + "-snapshot-controller"
+	d := get[appsv1.Deployment](t, r, "Deployment", name)
+	pod := d.Spec.Template.Spec
+	if pod.ServiceAccountName != name || pod.HostNetwork {
+		t.Errorf("snapshot controller: serviceAccountName %q, hostNetwork %v", pod.ServiceAccountName, pod.HostNetwork)
+	}
+	c := container(t, pod.Containers, "snapshot-controller")
+	wantImage(t, c, "registry.k8s.io/sig-storage/snapshot-controller:v8.7.0")
+	wantArg(t, c.Name, c.Args, "--leader-election")
+	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("snapshot controller securityContext %+v", sc)
+	}
+	cr := get[rbacv1.ClusterRole](t, r, "ClusterRole", name)
+	if !grants(cr.Rules, "snapshot.storage.k8s.io", "volumesnapshotcontents", "create") || grants(cr.Rules, "", "secrets", "get") {
+		t.Errorf("snapshot controller rules %+v", cr.Rules)
+	}
+	crb := get[rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding", name)
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: r.namespace}}; !slices.Equal(crb.Subjects, want) {
+		t.Errorf("snapshot controller binding subjects %+v", crb.Subjects)
 	}
 }

@@ -44,6 +44,17 @@ func TestWrongValuesRefused(t *testing.T) {
 		{"digest with upper-case hex", map[string]any{"agent": map[string]any{"image": map[string]any{"digest": "sha256:" + strings.Repeat("A", 64)}}}, []string{"digest"}},
 		{"misspelled admissionPolicy key", map[string]any{"admissionPolicy": map[string]any{"enable": false}}, []string{"additional properties", "enable"}},
 		{"cert-manager mode without any name", map[string]any{"tls": map[string]any{"mode": "certManager"}}, []string{"storageNodes"}},
+		{"generated mode without storage nodes", map[string]any{"tls": map[string]any{"mode": "generated"}}, []string{"storageNodes"}},
+		{"generated mode, storage node without nodeName", map[string]any{"tls": map[string]any{"mode": "generated"},
+			"storageNodes": []any{map[string]any{"name": "s1", "address": "192.0.2.1"}}}, []string{"s1", "nodeName"}},
+		{"generated mode without a client name", map[string]any{"tls": map[string]any{"mode": "generated", "clientName": ""},
+			"storageNodes": []any{map[string]any{"name": "s1", "nodeName": "s1"}}}, []string{"clientName"}},
+		{"generated mode, client name of a storage node", map[string]any{"tls": map[string]any{"mode": "generated", "clientName": "s1"},
+			"storageNodes": []any{map[string]any{"name": "s1", "nodeName": "s1"}}}, []string{"clientName", "s1"}},
+		{"generated mode renewing on every upgrade", map[string]any{"tls": map[string]any{"mode": "generated", "generated": map[string]any{"days": 30}},
+			"storageNodes": []any{map[string]any{"name": "s1", "nodeName": "s1"}}}, []string{"renewBeforeDays"}},
+		{"generated mode, CA shorter than its certificates", map[string]any{"tls": map[string]any{"mode": "generated", "generated": map[string]any{"caDays": 365}},
+			"storageNodes": []any{map[string]any{"name": "s1", "nodeName": "s1"}}}, []string{"caDays"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -70,14 +70,19 @@ func run(m *testing.M) int {
 			return fail("KUBEBUILDER_ASSETS=%s: %v; run `make tools`", assets, err)
 		}
 	}
-	certManagerCRDs, err := certManagerCRDDir()
+	certManagerCRDs, err := moduleCRDDir("certmanager", "github.com/cert-manager/cert-manager", "deploy/crds", "cert-manager.io_certificates.yaml")
+	if err != nil {
+		return fail("%v", err)
+	}
+	snapshotCRDs, err := moduleCRDDir("sidecars/snapshotter", "github.com/kubernetes-csi/external-snapshotter/client/v8", "config/crd",
+		"snapshot.storage.k8s.io_volumesnapshotclasses.yaml")
 	if err != nil {
 		return fail("%v", err)
 	}
 
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(chartDir, "crds"), certManagerCRDs},
+		CRDDirectoryPaths:     []string{filepath.Join(chartDir, "crds"), certManagerCRDs, snapshotCRDs},
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()
@@ -136,31 +141,34 @@ func executable(p string) error {
 	return nil
 }
 
-// certManagerCRDDir finds deploy/crds/ of the cert-manager release pinned by
-// tests/tools/certmanager, in the module cache (downloading it, verified
-// against that module's go.sum, if it is not there yet).
-func certManagerCRDDir() (string, error) {
+// moduleCRDDir finds the CRDs a module of the Go module proxy ships, in
+// the module cache (downloading it, verified against go.sum, if it is not
+// there yet): module at the version tests/tools/<tool>/go.mod pins, its
+// directory subdir, which must hold probe. The suite's API server serves
+// cert-manager's CRDs (tests/tools/certmanager) and the snapshot CRDs
+// (tests/tools/sidecars/snapshotter), as a cluster with them does.
+func moduleCRDDir(tool, module, subdir, probe string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/cert-manager/cert-manager")
-	cmd.Dir = filepath.Join(repoRoot, "tests", "tools", "certmanager")
+	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
+	cmd.Dir = filepath.Join(repoRoot, "tests", "tools", filepath.FromSlash(tool))
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("locating cert-manager's CRDs (go mod download in %s): %w: %s", cmd.Dir, err, stderr.String())
+		return "", fmt.Errorf("locating the CRDs of %s (go mod download in %s): %w: %s", module, cmd.Dir, err, stderr.String())
 	}
 	var mod struct{ Dir, Version, Error string }
 	if err := json.Unmarshal(out, &mod); err != nil {
 		return "", fmt.Errorf("go mod download -json: %w", err)
 	}
 	if mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download github.com/cert-manager/cert-manager: %q", mod.Error)
+		return "", fmt.Errorf("go mod download %s: %q", module, mod.Error)
 	}
-	dir := filepath.Join(mod.Dir, "deploy", "crds")
-	if _, err := os.Stat(filepath.Join(dir, "cert-manager.io_certificates.yaml")); err != nil {
-		return "", fmt.Errorf("cert-manager %s: no CRDs where expected: %w", mod.Version, err)
+	dir := filepath.Join(mod.Dir, filepath.FromSlash(subdir))
+	if _, err := os.Stat(filepath.Join(dir, probe)); err != nil {
+		return "", fmt.Errorf("%s %s: no CRDs where expected: %w", module, mod.Version, err)
 	}
 	return dir, nil
 }

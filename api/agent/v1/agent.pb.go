@@ -42,6 +42,11 @@ const (
 	Capability_CAPABILITY_BACKEND_LVM_THIN Capability = 3
 	// NVMe-oF/TCP exports (nvmet and nvmet_tcp are loaded).
 	Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP Capability = 4
+	// CreateSnapshot, DeleteSnapshot, ListSnapshots and CreateVolume with a
+	// content_source, on the stores that can (ZFS, LVM thin). An agent
+	// without it ignores CreateVolumeRequest.content_source and makes an
+	// empty volume, so a controller must never send one to it.
+	Capability_CAPABILITY_SNAPSHOTS Capability = 5
 )
 
 // Enum value maps for Capability.
@@ -52,6 +57,7 @@ var (
 		2: "CAPABILITY_BACKEND_LVM",
 		3: "CAPABILITY_BACKEND_LVM_THIN",
 		4: "CAPABILITY_TRANSPORT_NVMEOF_TCP",
+		5: "CAPABILITY_SNAPSHOTS",
 	}
 	Capability_value = map[string]int32{
 		"CAPABILITY_UNSPECIFIED":          0,
@@ -59,6 +65,7 @@ var (
 		"CAPABILITY_BACKEND_LVM":          2,
 		"CAPABILITY_BACKEND_LVM_THIN":     3,
 		"CAPABILITY_TRANSPORT_NVMEOF_TCP": 4,
+		"CAPABILITY_SNAPSHOTS":            5,
 	}
 )
 
@@ -284,7 +291,8 @@ type FencingRejection struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Reason for the refusal.
 	Reason FencingRejection_Reason `protobuf:"varint,1,opt,name=reason,proto3,enum=pillar.agent.v1.FencingRejection_Reason" json:"reason,omitempty"`
-	// The volume the request was for.
+	// The volume the request was for; for a snapshot's token,
+	// "snapshot/" and the snapshot ID.
 	VolumeId string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
 	// The token the request carried, if any.
 	Presented *FencingToken `protobuf:"bytes,3,opt,name=presented,proto3" json:"presented,omitempty"`
@@ -1168,6 +1176,8 @@ type CreateVolumeRequest struct {
 	Store *Store `protobuf:"bytes,3,opt,name=store,proto3" json:"store,omitempty"`
 	// Requested size, greater than zero; the backend may round it up.
 	CapacityBytes int64 `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// What the new volume starts with; unset for an empty volume.
+	ContentSource *ContentSource `protobuf:"bytes,5,opt,name=content_source,json=contentSource,proto3" json:"content_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1230,6 +1240,221 @@ func (x *CreateVolumeRequest) GetCapacityBytes() int64 {
 	return 0
 }
 
+func (x *CreateVolumeRequest) GetContentSource() *ContentSource {
+	if x != nil {
+		return x.ContentSource
+	}
+	return nil
+}
+
+// ContentSource is what a new volume starts with.
+type ContentSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One of these, in the request's store.
+	//
+	// Types that are valid to be assigned to Source:
+	//
+	//	*ContentSource_Snapshot
+	//	*ContentSource_Volume
+	Source        isContentSource_Source `protobuf_oneof:"source"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContentSource) Reset() {
+	*x = ContentSource{}
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContentSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContentSource) ProtoMessage() {}
+
+func (x *ContentSource) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContentSource.ProtoReflect.Descriptor instead.
+func (*ContentSource) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ContentSource) GetSource() isContentSource_Source {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *ContentSource) GetSnapshot() *SnapshotSource {
+	if x != nil {
+		if x, ok := x.Source.(*ContentSource_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+func (x *ContentSource) GetVolume() *VolumeSource {
+	if x != nil {
+		if x, ok := x.Source.(*ContentSource_Volume); ok {
+			return x.Volume
+		}
+	}
+	return nil
+}
+
+type isContentSource_Source interface {
+	isContentSource_Source()
+}
+
+type ContentSource_Snapshot struct {
+	// The content of a snapshot.
+	Snapshot *SnapshotSource `protobuf:"bytes,1,opt,name=snapshot,proto3,oneof"`
+}
+
+type ContentSource_Volume struct {
+	// The content another volume has at the moment of the call (a clone).
+	Volume *VolumeSource `protobuf:"bytes,2,opt,name=volume,proto3,oneof"`
+}
+
+func (*ContentSource_Snapshot) isContentSource_Source() {}
+
+func (*ContentSource_Volume) isContentSource_Source() {}
+
+// SnapshotSource names a snapshot to restore.
+type SnapshotSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: the snapshot's token. A snapshot whose lifecycle has ended
+	// is not restored, even while its data lives on for other volumes.
+	FencingToken *FencingToken `protobuf:"bytes,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// The snapshot.
+	SnapshotId string `protobuf:"bytes,2,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// The volume it was taken of.
+	SourceVolumeId string `protobuf:"bytes,3,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SnapshotSource) Reset() {
+	*x = SnapshotSource{}
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotSource) ProtoMessage() {}
+
+func (x *SnapshotSource) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotSource.ProtoReflect.Descriptor instead.
+func (*SnapshotSource) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SnapshotSource) GetFencingToken() *FencingToken {
+	if x != nil {
+		return x.FencingToken
+	}
+	return nil
+}
+
+func (x *SnapshotSource) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *SnapshotSource) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+// VolumeSource names a volume to clone.
+type VolumeSource struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: the source volume's token (cloning changes the source's
+	// backend state).
+	FencingToken *FencingToken `protobuf:"bytes,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// The volume.
+	VolumeId      string `protobuf:"bytes,2,opt,name=volume_id,json=volumeId,proto3" json:"volume_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeSource) Reset() {
+	*x = VolumeSource{}
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeSource) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeSource) ProtoMessage() {}
+
+func (x *VolumeSource) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeSource.ProtoReflect.Descriptor instead.
+func (*VolumeSource) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *VolumeSource) GetFencingToken() *FencingToken {
+	if x != nil {
+		return x.FencingToken
+	}
+	return nil
+}
+
+func (x *VolumeSource) GetVolumeId() string {
+	if x != nil {
+		return x.VolumeId
+	}
+	return ""
+}
+
 // CreateVolumeResponse reports the volume.
 type CreateVolumeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1241,7 +1466,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1478,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1491,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateVolumeResponse) GetVolume() *Volume {
@@ -1291,7 +1516,7 @@ type DeleteVolumeRequest struct {
 
 func (x *DeleteVolumeRequest) Reset() {
 	*x = DeleteVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1528,7 @@ func (x *DeleteVolumeRequest) String() string {
 func (*DeleteVolumeRequest) ProtoMessage() {}
 
 func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1541,7 @@ func (x *DeleteVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteVolumeRequest) GetFencingToken() *FencingToken {
@@ -1349,7 +1574,7 @@ type DeleteVolumeResponse struct {
 
 func (x *DeleteVolumeResponse) Reset() {
 	*x = DeleteVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1586,7 @@ func (x *DeleteVolumeResponse) String() string {
 func (*DeleteVolumeResponse) ProtoMessage() {}
 
 func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1599,7 @@ func (x *DeleteVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteVolumeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 // ExpandVolumeRequest asks to grow a volume.
@@ -1394,7 +1619,7 @@ type ExpandVolumeRequest struct {
 
 func (x *ExpandVolumeRequest) Reset() {
 	*x = ExpandVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1631,7 @@ func (x *ExpandVolumeRequest) String() string {
 func (*ExpandVolumeRequest) ProtoMessage() {}
 
 func (x *ExpandVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1644,7 @@ func (x *ExpandVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpandVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExpandVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExpandVolumeRequest) GetFencingToken() *FencingToken {
@@ -1461,7 +1686,7 @@ type ExpandVolumeResponse struct {
 
 func (x *ExpandVolumeResponse) Reset() {
 	*x = ExpandVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1698,7 @@ func (x *ExpandVolumeResponse) String() string {
 func (*ExpandVolumeResponse) ProtoMessage() {}
 
 func (x *ExpandVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1711,7 @@ func (x *ExpandVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpandVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ExpandVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExpandVolumeResponse) GetVolume() *Volume {
@@ -1520,7 +1745,7 @@ type ExportVolumeRequest struct {
 
 func (x *ExportVolumeRequest) Reset() {
 	*x = ExportVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1757,7 @@ func (x *ExportVolumeRequest) String() string {
 func (*ExportVolumeRequest) ProtoMessage() {}
 
 func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1770,7 @@ func (x *ExportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*ExportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExportVolumeRequest) GetFencingToken() *FencingToken {
@@ -1614,7 +1839,7 @@ type ExportVolumeResponse struct {
 
 func (x *ExportVolumeResponse) Reset() {
 	*x = ExportVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1626,7 +1851,7 @@ func (x *ExportVolumeResponse) String() string {
 func (*ExportVolumeResponse) ProtoMessage() {}
 
 func (x *ExportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1639,7 +1864,7 @@ func (x *ExportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*ExportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExportVolumeResponse) GetExport() *Export {
@@ -1664,7 +1889,7 @@ type UnexportVolumeRequest struct {
 
 func (x *UnexportVolumeRequest) Reset() {
 	*x = UnexportVolumeRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1901,7 @@ func (x *UnexportVolumeRequest) String() string {
 func (*UnexportVolumeRequest) ProtoMessage() {}
 
 func (x *UnexportVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1914,7 @@ func (x *UnexportVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexportVolumeRequest.ProtoReflect.Descriptor instead.
 func (*UnexportVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UnexportVolumeRequest) GetFencingToken() *FencingToken {
@@ -1722,7 +1947,7 @@ type UnexportVolumeResponse struct {
 
 func (x *UnexportVolumeResponse) Reset() {
 	*x = UnexportVolumeResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1734,7 +1959,7 @@ func (x *UnexportVolumeResponse) String() string {
 func (*UnexportVolumeResponse) ProtoMessage() {}
 
 func (x *UnexportVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1747,7 +1972,7 @@ func (x *UnexportVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnexportVolumeResponse.ProtoReflect.Descriptor instead.
 func (*UnexportVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 // AllowHostRequest asks to let a host connect.
@@ -1767,7 +1992,7 @@ type AllowHostRequest struct {
 
 func (x *AllowHostRequest) Reset() {
 	*x = AllowHostRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +2004,7 @@ func (x *AllowHostRequest) String() string {
 func (*AllowHostRequest) ProtoMessage() {}
 
 func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2017,7 @@ func (x *AllowHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostRequest.ProtoReflect.Descriptor instead.
 func (*AllowHostRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AllowHostRequest) GetFencingToken() *FencingToken {
@@ -1832,7 +2057,7 @@ type AllowHostResponse struct {
 
 func (x *AllowHostResponse) Reset() {
 	*x = AllowHostResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2069,7 @@ func (x *AllowHostResponse) String() string {
 func (*AllowHostResponse) ProtoMessage() {}
 
 func (x *AllowHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2082,7 @@ func (x *AllowHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllowHostResponse.ProtoReflect.Descriptor instead.
 func (*AllowHostResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 // DenyHostRequest asks to stop allowing a host.
@@ -1877,7 +2102,7 @@ type DenyHostRequest struct {
 
 func (x *DenyHostRequest) Reset() {
 	*x = DenyHostRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +2114,7 @@ func (x *DenyHostRequest) String() string {
 func (*DenyHostRequest) ProtoMessage() {}
 
 func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2127,7 @@ func (x *DenyHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostRequest.ProtoReflect.Descriptor instead.
 func (*DenyHostRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DenyHostRequest) GetFencingToken() *FencingToken {
@@ -1942,7 +2167,7 @@ type DenyHostResponse struct {
 
 func (x *DenyHostResponse) Reset() {
 	*x = DenyHostResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1954,7 +2179,7 @@ func (x *DenyHostResponse) String() string {
 func (*DenyHostResponse) ProtoMessage() {}
 
 func (x *DenyHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1967,7 +2192,7 @@ func (x *DenyHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DenyHostResponse.ProtoReflect.Descriptor instead.
 func (*DenyHostResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 // ListVolumesRequest names a store and a page.
@@ -1988,7 +2213,7 @@ type ListVolumesRequest struct {
 
 func (x *ListVolumesRequest) Reset() {
 	*x = ListVolumesRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2225,7 @@ func (x *ListVolumesRequest) String() string {
 func (*ListVolumesRequest) ProtoMessage() {}
 
 func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2238,7 @@ func (x *ListVolumesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesRequest.ProtoReflect.Descriptor instead.
 func (*ListVolumesRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListVolumesRequest) GetStore() *Store {
@@ -2051,7 +2276,7 @@ type ListVolumesResponse struct {
 
 func (x *ListVolumesResponse) Reset() {
 	*x = ListVolumesResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2288,7 @@ func (x *ListVolumesResponse) String() string {
 func (*ListVolumesResponse) ProtoMessage() {}
 
 func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2301,7 @@ func (x *ListVolumesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListVolumesResponse.ProtoReflect.Descriptor instead.
 func (*ListVolumesResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListVolumesResponse) GetVolumes() []*Volume {
@@ -2108,7 +2333,7 @@ type ListExportsRequest struct {
 
 func (x *ListExportsRequest) Reset() {
 	*x = ListExportsRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2345,7 @@ func (x *ListExportsRequest) String() string {
 func (*ListExportsRequest) ProtoMessage() {}
 
 func (x *ListExportsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2358,7 @@ func (x *ListExportsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExportsRequest.ProtoReflect.Descriptor instead.
 func (*ListExportsRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListExportsRequest) GetPageSize() int32 {
@@ -2164,7 +2389,7 @@ type ListExportsResponse struct {
 
 func (x *ListExportsResponse) Reset() {
 	*x = ListExportsResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2401,7 @@ func (x *ListExportsResponse) String() string {
 func (*ListExportsResponse) ProtoMessage() {}
 
 func (x *ListExportsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2414,7 @@ func (x *ListExportsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListExportsResponse.ProtoReflect.Descriptor instead.
 func (*ListExportsResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListExportsResponse) GetExports() []*Export {
@@ -2231,7 +2456,7 @@ type DesiredExport struct {
 
 func (x *DesiredExport) Reset() {
 	*x = DesiredExport{}
-	mi := &file_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agent_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2468,7 @@ func (x *DesiredExport) String() string {
 func (*DesiredExport) ProtoMessage() {}
 
 func (x *DesiredExport) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_agent_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2481,7 @@ func (x *DesiredExport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredExport.ProtoReflect.Descriptor instead.
 func (*DesiredExport) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DesiredExport) GetFencingToken() *FencingToken {
@@ -2336,7 +2561,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agent_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2573,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_agent_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2586,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReconcileRequest) GetExports() []*DesiredExport {
@@ -2398,7 +2623,7 @@ type ReconcileResult struct {
 
 func (x *ReconcileResult) Reset() {
 	*x = ReconcileResult{}
-	mi := &file_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agent_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2635,7 @@ func (x *ReconcileResult) String() string {
 func (*ReconcileResult) ProtoMessage() {}
 
 func (x *ReconcileResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[33]
+	mi := &file_agent_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2648,7 @@ func (x *ReconcileResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResult.ProtoReflect.Descriptor instead.
 func (*ReconcileResult) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReconcileResult) GetVolumeId() string {
@@ -2478,7 +2703,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_agent_v1_agent_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2715,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agent_v1_agent_proto_msgTypes[34]
+	mi := &file_agent_v1_agent_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2728,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_agent_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReconcileResponse) GetResults() []*ReconcileResult {
@@ -2525,6 +2750,441 @@ func (x *ReconcileResponse) GetRetainedSubsystemNqns() []string {
 		return x.RetainedSubsystemNqns
 	}
 	return nil
+}
+
+// Snapshot is one snapshot as it exists on the node.
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot ID (the rules of api/export.ValidateVolumeID).
+	SnapshotId string `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// The volume it was taken of.
+	SourceVolumeId string `protobuf:"bytes,2,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	// The size of the source when it was taken: the smallest volume it can
+	// be restored to.
+	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	// When it was taken, in seconds since the Unix epoch.
+	CreationTimeUnix int64 `protobuf:"varint,4,opt,name=creation_time_unix,json=creationTimeUnix,proto3" json:"creation_time_unix,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_agent_v1_agent_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *Snapshot) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Snapshot) GetCreationTimeUnix() int64 {
+	if x != nil {
+		return x.CreationTimeUnix
+	}
+	return 0
+}
+
+// CreateSnapshotRequest asks for a snapshot.
+type CreateSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: the snapshot's own token; the first accepted call starts
+	// its lifecycle.
+	FencingToken *FencingToken `protobuf:"bytes,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// Required: the source volume's token.
+	SourceFencingToken *FencingToken `protobuf:"bytes,2,opt,name=source_fencing_token,json=sourceFencingToken,proto3" json:"source_fencing_token,omitempty"`
+	// The snapshot ID (the rules of api/export.ValidateVolumeID, at most
+	// 119 bytes: its fencing mark's key is "snapshot/" and the ID), never
+	// the ID of a volume.
+	SnapshotId string `protobuf:"bytes,3,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// The volume to snapshot.
+	SourceVolumeId string `protobuf:"bytes,4,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	// The store both live in.
+	Store         *Store `protobuf:"bytes,5,opt,name=store,proto3" json:"store,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotRequest) Reset() {
+	*x = CreateSnapshotRequest{}
+	mi := &file_agent_v1_agent_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotRequest) ProtoMessage() {}
+
+func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *CreateSnapshotRequest) GetFencingToken() *FencingToken {
+	if x != nil {
+		return x.FencingToken
+	}
+	return nil
+}
+
+func (x *CreateSnapshotRequest) GetSourceFencingToken() *FencingToken {
+	if x != nil {
+		return x.SourceFencingToken
+	}
+	return nil
+}
+
+func (x *CreateSnapshotRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetStore() *Store {
+	if x != nil {
+		return x.Store
+	}
+	return nil
+}
+
+// CreateSnapshotResponse reports the snapshot.
+type CreateSnapshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The snapshot as it exists.
+	Snapshot      *Snapshot `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotResponse) Reset() {
+	*x = CreateSnapshotResponse{}
+	mi := &file_agent_v1_agent_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotResponse) ProtoMessage() {}
+
+func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+// DeleteSnapshotRequest asks to delete a snapshot.
+type DeleteSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: the snapshot's token.
+	FencingToken *FencingToken `protobuf:"bytes,1,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	// The snapshot to delete.
+	SnapshotId string `protobuf:"bytes,2,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// The volume it was taken of.
+	SourceVolumeId string `protobuf:"bytes,3,opt,name=source_volume_id,json=sourceVolumeId,proto3" json:"source_volume_id,omitempty"`
+	// The store it lives in.
+	Store         *Store `protobuf:"bytes,4,opt,name=store,proto3" json:"store,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_agent_v1_agent_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *DeleteSnapshotRequest) GetFencingToken() *FencingToken {
+	if x != nil {
+		return x.FencingToken
+	}
+	return nil
+}
+
+func (x *DeleteSnapshotRequest) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *DeleteSnapshotRequest) GetSourceVolumeId() string {
+	if x != nil {
+		return x.SourceVolumeId
+	}
+	return ""
+}
+
+func (x *DeleteSnapshotRequest) GetStore() *Store {
+	if x != nil {
+		return x.Store
+	}
+	return nil
+}
+
+// DeleteSnapshotResponse is empty.
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_agent_v1_agent_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{42}
+}
+
+// ListSnapshotsRequest names a store and a page.
+type ListSnapshotsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The store to list.
+	Store *Store `protobuf:"bytes,1,opt,name=store,proto3" json:"store,omitempty"`
+	// As ListVolumesRequest.page_size.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// As ListVolumesRequest.page_token.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_agent_v1_agent_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListSnapshotsRequest) GetStore() *Store {
+	if x != nil {
+		return x.Store
+	}
+	return nil
+}
+
+func (x *ListSnapshotsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListSnapshotsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListSnapshotsResponse lists snapshots.
+type ListSnapshotsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One page of the store's pillar-csi snapshots, ordered by snapshot ID
+	// (a snapshot ID names one snapshot in a store).
+	Snapshots []*Snapshot `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	// As ListVolumesResponse.next_page_token.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_agent_v1_agent_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agent_v1_agent_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_agent_v1_agent_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *ListSnapshotsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 var File_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2608,12 +3268,25 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x13GetCapacityResponse\x12\x1f\n" +
 	"\vtotal_bytes\x18\x01 \x01(\x03R\n" +
 	"totalBytes\x12'\n" +
-	"\x0favailable_bytes\x18\x02 \x01(\x03R\x0eavailableBytes\"\xcb\x01\n" +
+	"\x0favailable_bytes\x18\x02 \x01(\x03R\x0eavailableBytes\"\x92\x02\n" +
 	"\x13CreateVolumeRequest\x12B\n" +
 	"\rfencing_token\x18\x01 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\ffencingToken\x12\x1b\n" +
 	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\x12,\n" +
 	"\x05store\x18\x03 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\x12%\n" +
-	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\"G\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12E\n" +
+	"\x0econtent_source\x18\x05 \x01(\v2\x1e.pillar.agent.v1.ContentSourceR\rcontentSource\"\x91\x01\n" +
+	"\rContentSource\x12=\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x1f.pillar.agent.v1.SnapshotSourceH\x00R\bsnapshot\x127\n" +
+	"\x06volume\x18\x02 \x01(\v2\x1d.pillar.agent.v1.VolumeSourceH\x00R\x06volumeB\b\n" +
+	"\x06source\"\x9f\x01\n" +
+	"\x0eSnapshotSource\x12B\n" +
+	"\rfencing_token\x18\x01 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\ffencingToken\x12\x1f\n" +
+	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
+	"snapshotId\x12(\n" +
+	"\x10source_volume_id\x18\x03 \x01(\tR\x0esourceVolumeId\"o\n" +
+	"\fVolumeSource\x12B\n" +
+	"\rfencing_token\x18\x01 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\ffencingToken\x12\x1b\n" +
+	"\tvolume_id\x18\x02 \x01(\tR\bvolumeId\"G\n" +
 	"\x14CreateVolumeResponse\x12/\n" +
 	"\x06volume\x18\x01 \x01(\v2\x17.pillar.agent.v1.VolumeR\x06volume\"\xa4\x01\n" +
 	"\x13DeleteVolumeRequest\x12B\n" +
@@ -2691,14 +3364,47 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\x11ReconcileResponse\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .pillar.agent.v1.ReconcileResultR\aresults\x124\n" +
 	"\x16removed_subsystem_nqns\x18\x02 \x03(\tR\x14removedSubsystemNqns\x126\n" +
-	"\x17retained_subsystem_nqns\x18\x03 \x03(\tR\x15retainedSubsystemNqns*\xa6\x01\n" +
+	"\x17retained_subsystem_nqns\x18\x03 \x03(\tR\x15retainedSubsystemNqns\"\xa2\x01\n" +
+	"\bSnapshot\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x12(\n" +
+	"\x10source_volume_id\x18\x02 \x01(\tR\x0esourceVolumeId\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12,\n" +
+	"\x12creation_time_unix\x18\x04 \x01(\x03R\x10creationTimeUnix\"\xa5\x02\n" +
+	"\x15CreateSnapshotRequest\x12B\n" +
+	"\rfencing_token\x18\x01 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\ffencingToken\x12O\n" +
+	"\x14source_fencing_token\x18\x02 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\x12sourceFencingToken\x12\x1f\n" +
+	"\vsnapshot_id\x18\x03 \x01(\tR\n" +
+	"snapshotId\x12(\n" +
+	"\x10source_volume_id\x18\x04 \x01(\tR\x0esourceVolumeId\x12,\n" +
+	"\x05store\x18\x05 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\"O\n" +
+	"\x16CreateSnapshotResponse\x125\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x19.pillar.agent.v1.SnapshotR\bsnapshot\"\xd4\x01\n" +
+	"\x15DeleteSnapshotRequest\x12B\n" +
+	"\rfencing_token\x18\x01 \x01(\v2\x1d.pillar.agent.v1.FencingTokenR\ffencingToken\x12\x1f\n" +
+	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
+	"snapshotId\x12(\n" +
+	"\x10source_volume_id\x18\x03 \x01(\tR\x0esourceVolumeId\x12,\n" +
+	"\x05store\x18\x04 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"\x80\x01\n" +
+	"\x14ListSnapshotsRequest\x12,\n" +
+	"\x05store\x18\x01 \x01(\v2\x16.pillar.agent.v1.StoreR\x05store\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"x\n" +
+	"\x15ListSnapshotsResponse\x127\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x19.pillar.agent.v1.SnapshotR\tsnapshots\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken*\xc0\x01\n" +
 	"\n" +
 	"Capability\x12\x1a\n" +
 	"\x16CAPABILITY_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16CAPABILITY_BACKEND_ZFS\x10\x01\x12\x1a\n" +
 	"\x16CAPABILITY_BACKEND_LVM\x10\x02\x12\x1f\n" +
 	"\x1bCAPABILITY_BACKEND_LVM_THIN\x10\x03\x12#\n" +
-	"\x1fCAPABILITY_TRANSPORT_NVMEOF_TCP\x10\x042\xc9\b\n" +
+	"\x1fCAPABILITY_TRANSPORT_NVMEOF_TCP\x10\x04\x12\x18\n" +
+	"\x14CAPABILITY_SNAPSHOTS\x10\x052\xef\n" +
+	"\n" +
 	"\fAgentService\x12[\n" +
 	"\fGetAgentInfo\x12$.pillar.agent.v1.GetAgentInfoRequest\x1a%.pillar.agent.v1.GetAgentInfoResponse\x12X\n" +
 	"\vGetCapacity\x12#.pillar.agent.v1.GetCapacityRequest\x1a$.pillar.agent.v1.GetCapacityResponse\x12[\n" +
@@ -2711,7 +3417,10 @@ const file_agent_v1_agent_proto_rawDesc = "" +
 	"\bDenyHost\x12 .pillar.agent.v1.DenyHostRequest\x1a!.pillar.agent.v1.DenyHostResponse\x12X\n" +
 	"\vListVolumes\x12#.pillar.agent.v1.ListVolumesRequest\x1a$.pillar.agent.v1.ListVolumesResponse\x12X\n" +
 	"\vListExports\x12#.pillar.agent.v1.ListExportsRequest\x1a$.pillar.agent.v1.ListExportsResponse\x12R\n" +
-	"\tReconcile\x12!.pillar.agent.v1.ReconcileRequest\x1a\".pillar.agent.v1.ReconcileResponseB7Z5github.com/pillar-csi/pillar-csi/api/agent/v1;agentv1b\x06proto3"
+	"\tReconcile\x12!.pillar.agent.v1.ReconcileRequest\x1a\".pillar.agent.v1.ReconcileResponse\x12a\n" +
+	"\x0eCreateSnapshot\x12&.pillar.agent.v1.CreateSnapshotRequest\x1a'.pillar.agent.v1.CreateSnapshotResponse\x12a\n" +
+	"\x0eDeleteSnapshot\x12&.pillar.agent.v1.DeleteSnapshotRequest\x1a'.pillar.agent.v1.DeleteSnapshotResponse\x12^\n" +
+	"\rListSnapshots\x12%.pillar.agent.v1.ListSnapshotsRequest\x1a&.pillar.agent.v1.ListSnapshotsResponseB7Z5github.com/pillar-csi/pillar-csi/api/agent/v1;agentv1b\x06proto3"
 
 var (
 	file_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -2726,7 +3435,7 @@ func file_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_agent_v1_agent_proto_goTypes = []any{
 	(Capability)(0),                // 0: pillar.agent.v1.Capability
 	(FencingRejection_Reason)(0),   // 1: pillar.agent.v1.FencingRejection.Reason
@@ -2745,28 +3454,38 @@ var file_agent_v1_agent_proto_goTypes = []any{
 	(*GetCapacityRequest)(nil),     // 14: pillar.agent.v1.GetCapacityRequest
 	(*GetCapacityResponse)(nil),    // 15: pillar.agent.v1.GetCapacityResponse
 	(*CreateVolumeRequest)(nil),    // 16: pillar.agent.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),   // 17: pillar.agent.v1.CreateVolumeResponse
-	(*DeleteVolumeRequest)(nil),    // 18: pillar.agent.v1.DeleteVolumeRequest
-	(*DeleteVolumeResponse)(nil),   // 19: pillar.agent.v1.DeleteVolumeResponse
-	(*ExpandVolumeRequest)(nil),    // 20: pillar.agent.v1.ExpandVolumeRequest
-	(*ExpandVolumeResponse)(nil),   // 21: pillar.agent.v1.ExpandVolumeResponse
-	(*ExportVolumeRequest)(nil),    // 22: pillar.agent.v1.ExportVolumeRequest
-	(*ExportVolumeResponse)(nil),   // 23: pillar.agent.v1.ExportVolumeResponse
-	(*UnexportVolumeRequest)(nil),  // 24: pillar.agent.v1.UnexportVolumeRequest
-	(*UnexportVolumeResponse)(nil), // 25: pillar.agent.v1.UnexportVolumeResponse
-	(*AllowHostRequest)(nil),       // 26: pillar.agent.v1.AllowHostRequest
-	(*AllowHostResponse)(nil),      // 27: pillar.agent.v1.AllowHostResponse
-	(*DenyHostRequest)(nil),        // 28: pillar.agent.v1.DenyHostRequest
-	(*DenyHostResponse)(nil),       // 29: pillar.agent.v1.DenyHostResponse
-	(*ListVolumesRequest)(nil),     // 30: pillar.agent.v1.ListVolumesRequest
-	(*ListVolumesResponse)(nil),    // 31: pillar.agent.v1.ListVolumesResponse
-	(*ListExportsRequest)(nil),     // 32: pillar.agent.v1.ListExportsRequest
-	(*ListExportsResponse)(nil),    // 33: pillar.agent.v1.ListExportsResponse
-	(*DesiredExport)(nil),          // 34: pillar.agent.v1.DesiredExport
-	(*ReconcileRequest)(nil),       // 35: pillar.agent.v1.ReconcileRequest
-	(*ReconcileResult)(nil),        // 36: pillar.agent.v1.ReconcileResult
-	(*ReconcileResponse)(nil),      // 37: pillar.agent.v1.ReconcileResponse
-	nil,                            // 38: pillar.agent.v1.ZfsStore.PropertiesEntry
+	(*ContentSource)(nil),          // 17: pillar.agent.v1.ContentSource
+	(*SnapshotSource)(nil),         // 18: pillar.agent.v1.SnapshotSource
+	(*VolumeSource)(nil),           // 19: pillar.agent.v1.VolumeSource
+	(*CreateVolumeResponse)(nil),   // 20: pillar.agent.v1.CreateVolumeResponse
+	(*DeleteVolumeRequest)(nil),    // 21: pillar.agent.v1.DeleteVolumeRequest
+	(*DeleteVolumeResponse)(nil),   // 22: pillar.agent.v1.DeleteVolumeResponse
+	(*ExpandVolumeRequest)(nil),    // 23: pillar.agent.v1.ExpandVolumeRequest
+	(*ExpandVolumeResponse)(nil),   // 24: pillar.agent.v1.ExpandVolumeResponse
+	(*ExportVolumeRequest)(nil),    // 25: pillar.agent.v1.ExportVolumeRequest
+	(*ExportVolumeResponse)(nil),   // 26: pillar.agent.v1.ExportVolumeResponse
+	(*UnexportVolumeRequest)(nil),  // 27: pillar.agent.v1.UnexportVolumeRequest
+	(*UnexportVolumeResponse)(nil), // 28: pillar.agent.v1.UnexportVolumeResponse
+	(*AllowHostRequest)(nil),       // 29: pillar.agent.v1.AllowHostRequest
+	(*AllowHostResponse)(nil),      // 30: pillar.agent.v1.AllowHostResponse
+	(*DenyHostRequest)(nil),        // 31: pillar.agent.v1.DenyHostRequest
+	(*DenyHostResponse)(nil),       // 32: pillar.agent.v1.DenyHostResponse
+	(*ListVolumesRequest)(nil),     // 33: pillar.agent.v1.ListVolumesRequest
+	(*ListVolumesResponse)(nil),    // 34: pillar.agent.v1.ListVolumesResponse
+	(*ListExportsRequest)(nil),     // 35: pillar.agent.v1.ListExportsRequest
+	(*ListExportsResponse)(nil),    // 36: pillar.agent.v1.ListExportsResponse
+	(*DesiredExport)(nil),          // 37: pillar.agent.v1.DesiredExport
+	(*ReconcileRequest)(nil),       // 38: pillar.agent.v1.ReconcileRequest
+	(*ReconcileResult)(nil),        // 39: pillar.agent.v1.ReconcileResult
+	(*ReconcileResponse)(nil),      // 40: pillar.agent.v1.ReconcileResponse
+	(*Snapshot)(nil),               // 41: pillar.agent.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),  // 42: pillar.agent.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil), // 43: pillar.agent.v1.CreateSnapshotResponse
+	(*DeleteSnapshotRequest)(nil),  // 44: pillar.agent.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 45: pillar.agent.v1.DeleteSnapshotResponse
+	(*ListSnapshotsRequest)(nil),   // 46: pillar.agent.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 47: pillar.agent.v1.ListSnapshotsResponse
+	nil,                            // 48: pillar.agent.v1.ZfsStore.PropertiesEntry
 }
 var file_agent_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: pillar.agent.v1.FencingRejection.reason:type_name -> pillar.agent.v1.FencingRejection.Reason
@@ -2775,64 +3494,83 @@ var file_agent_v1_agent_proto_depIdxs = []int32{
 	2,  // 3: pillar.agent.v1.StoreRefusal.reason:type_name -> pillar.agent.v1.StoreRefusal.Reason
 	7,  // 4: pillar.agent.v1.Store.zfs:type_name -> pillar.agent.v1.ZfsStore
 	8,  // 5: pillar.agent.v1.Store.lvm:type_name -> pillar.agent.v1.LvmStore
-	38, // 6: pillar.agent.v1.ZfsStore.properties:type_name -> pillar.agent.v1.ZfsStore.PropertiesEntry
+	48, // 6: pillar.agent.v1.ZfsStore.properties:type_name -> pillar.agent.v1.ZfsStore.PropertiesEntry
 	10, // 7: pillar.agent.v1.Export.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
 	0,  // 8: pillar.agent.v1.GetAgentInfoResponse.capabilities:type_name -> pillar.agent.v1.Capability
 	6,  // 9: pillar.agent.v1.GetCapacityRequest.store:type_name -> pillar.agent.v1.Store
 	3,  // 10: pillar.agent.v1.CreateVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
 	6,  // 11: pillar.agent.v1.CreateVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	9,  // 12: pillar.agent.v1.CreateVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
-	3,  // 13: pillar.agent.v1.DeleteVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	6,  // 14: pillar.agent.v1.DeleteVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	3,  // 15: pillar.agent.v1.ExpandVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	6,  // 16: pillar.agent.v1.ExpandVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	9,  // 17: pillar.agent.v1.ExpandVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
-	3,  // 18: pillar.agent.v1.ExportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	6,  // 19: pillar.agent.v1.ExportVolumeRequest.store:type_name -> pillar.agent.v1.Store
-	10, // 20: pillar.agent.v1.ExportVolumeRequest.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
-	11, // 21: pillar.agent.v1.ExportVolumeResponse.export:type_name -> pillar.agent.v1.Export
-	3,  // 22: pillar.agent.v1.UnexportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	3,  // 23: pillar.agent.v1.AllowHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	3,  // 24: pillar.agent.v1.DenyHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	6,  // 25: pillar.agent.v1.ListVolumesRequest.store:type_name -> pillar.agent.v1.Store
-	9,  // 26: pillar.agent.v1.ListVolumesResponse.volumes:type_name -> pillar.agent.v1.Volume
-	11, // 27: pillar.agent.v1.ListExportsResponse.exports:type_name -> pillar.agent.v1.Export
-	3,  // 28: pillar.agent.v1.DesiredExport.fencing_token:type_name -> pillar.agent.v1.FencingToken
-	6,  // 29: pillar.agent.v1.DesiredExport.store:type_name -> pillar.agent.v1.Store
-	10, // 30: pillar.agent.v1.DesiredExport.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
-	34, // 31: pillar.agent.v1.ReconcileRequest.exports:type_name -> pillar.agent.v1.DesiredExport
-	4,  // 32: pillar.agent.v1.ReconcileResult.fencing_rejection:type_name -> pillar.agent.v1.FencingRejection
-	11, // 33: pillar.agent.v1.ReconcileResult.export:type_name -> pillar.agent.v1.Export
-	36, // 34: pillar.agent.v1.ReconcileResponse.results:type_name -> pillar.agent.v1.ReconcileResult
-	12, // 35: pillar.agent.v1.AgentService.GetAgentInfo:input_type -> pillar.agent.v1.GetAgentInfoRequest
-	14, // 36: pillar.agent.v1.AgentService.GetCapacity:input_type -> pillar.agent.v1.GetCapacityRequest
-	16, // 37: pillar.agent.v1.AgentService.CreateVolume:input_type -> pillar.agent.v1.CreateVolumeRequest
-	18, // 38: pillar.agent.v1.AgentService.DeleteVolume:input_type -> pillar.agent.v1.DeleteVolumeRequest
-	20, // 39: pillar.agent.v1.AgentService.ExpandVolume:input_type -> pillar.agent.v1.ExpandVolumeRequest
-	22, // 40: pillar.agent.v1.AgentService.ExportVolume:input_type -> pillar.agent.v1.ExportVolumeRequest
-	24, // 41: pillar.agent.v1.AgentService.UnexportVolume:input_type -> pillar.agent.v1.UnexportVolumeRequest
-	26, // 42: pillar.agent.v1.AgentService.AllowHost:input_type -> pillar.agent.v1.AllowHostRequest
-	28, // 43: pillar.agent.v1.AgentService.DenyHost:input_type -> pillar.agent.v1.DenyHostRequest
-	30, // 44: pillar.agent.v1.AgentService.ListVolumes:input_type -> pillar.agent.v1.ListVolumesRequest
-	32, // 45: pillar.agent.v1.AgentService.ListExports:input_type -> pillar.agent.v1.ListExportsRequest
-	35, // 46: pillar.agent.v1.AgentService.Reconcile:input_type -> pillar.agent.v1.ReconcileRequest
-	13, // 47: pillar.agent.v1.AgentService.GetAgentInfo:output_type -> pillar.agent.v1.GetAgentInfoResponse
-	15, // 48: pillar.agent.v1.AgentService.GetCapacity:output_type -> pillar.agent.v1.GetCapacityResponse
-	17, // 49: pillar.agent.v1.AgentService.CreateVolume:output_type -> pillar.agent.v1.CreateVolumeResponse
-	19, // 50: pillar.agent.v1.AgentService.DeleteVolume:output_type -> pillar.agent.v1.DeleteVolumeResponse
-	21, // 51: pillar.agent.v1.AgentService.ExpandVolume:output_type -> pillar.agent.v1.ExpandVolumeResponse
-	23, // 52: pillar.agent.v1.AgentService.ExportVolume:output_type -> pillar.agent.v1.ExportVolumeResponse
-	25, // 53: pillar.agent.v1.AgentService.UnexportVolume:output_type -> pillar.agent.v1.UnexportVolumeResponse
-	27, // 54: pillar.agent.v1.AgentService.AllowHost:output_type -> pillar.agent.v1.AllowHostResponse
-	29, // 55: pillar.agent.v1.AgentService.DenyHost:output_type -> pillar.agent.v1.DenyHostResponse
-	31, // 56: pillar.agent.v1.AgentService.ListVolumes:output_type -> pillar.agent.v1.ListVolumesResponse
-	33, // 57: pillar.agent.v1.AgentService.ListExports:output_type -> pillar.agent.v1.ListExportsResponse
-	37, // 58: pillar.agent.v1.AgentService.Reconcile:output_type -> pillar.agent.v1.ReconcileResponse
-	47, // [47:59] is the sub-list for method output_type
-	35, // [35:47] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	17, // 12: pillar.agent.v1.CreateVolumeRequest.content_source:type_name -> pillar.agent.v1.ContentSource
+	18, // 13: pillar.agent.v1.ContentSource.snapshot:type_name -> pillar.agent.v1.SnapshotSource
+	19, // 14: pillar.agent.v1.ContentSource.volume:type_name -> pillar.agent.v1.VolumeSource
+	3,  // 15: pillar.agent.v1.SnapshotSource.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	3,  // 16: pillar.agent.v1.VolumeSource.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	9,  // 17: pillar.agent.v1.CreateVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
+	3,  // 18: pillar.agent.v1.DeleteVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 19: pillar.agent.v1.DeleteVolumeRequest.store:type_name -> pillar.agent.v1.Store
+	3,  // 20: pillar.agent.v1.ExpandVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 21: pillar.agent.v1.ExpandVolumeRequest.store:type_name -> pillar.agent.v1.Store
+	9,  // 22: pillar.agent.v1.ExpandVolumeResponse.volume:type_name -> pillar.agent.v1.Volume
+	3,  // 23: pillar.agent.v1.ExportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 24: pillar.agent.v1.ExportVolumeRequest.store:type_name -> pillar.agent.v1.Store
+	10, // 25: pillar.agent.v1.ExportVolumeRequest.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
+	11, // 26: pillar.agent.v1.ExportVolumeResponse.export:type_name -> pillar.agent.v1.Export
+	3,  // 27: pillar.agent.v1.UnexportVolumeRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	3,  // 28: pillar.agent.v1.AllowHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	3,  // 29: pillar.agent.v1.DenyHostRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 30: pillar.agent.v1.ListVolumesRequest.store:type_name -> pillar.agent.v1.Store
+	9,  // 31: pillar.agent.v1.ListVolumesResponse.volumes:type_name -> pillar.agent.v1.Volume
+	11, // 32: pillar.agent.v1.ListExportsResponse.exports:type_name -> pillar.agent.v1.Export
+	3,  // 33: pillar.agent.v1.DesiredExport.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 34: pillar.agent.v1.DesiredExport.store:type_name -> pillar.agent.v1.Store
+	10, // 35: pillar.agent.v1.DesiredExport.nvmeof_tcp:type_name -> pillar.agent.v1.NvmeofTcpExport
+	37, // 36: pillar.agent.v1.ReconcileRequest.exports:type_name -> pillar.agent.v1.DesiredExport
+	4,  // 37: pillar.agent.v1.ReconcileResult.fencing_rejection:type_name -> pillar.agent.v1.FencingRejection
+	11, // 38: pillar.agent.v1.ReconcileResult.export:type_name -> pillar.agent.v1.Export
+	39, // 39: pillar.agent.v1.ReconcileResponse.results:type_name -> pillar.agent.v1.ReconcileResult
+	3,  // 40: pillar.agent.v1.CreateSnapshotRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	3,  // 41: pillar.agent.v1.CreateSnapshotRequest.source_fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 42: pillar.agent.v1.CreateSnapshotRequest.store:type_name -> pillar.agent.v1.Store
+	41, // 43: pillar.agent.v1.CreateSnapshotResponse.snapshot:type_name -> pillar.agent.v1.Snapshot
+	3,  // 44: pillar.agent.v1.DeleteSnapshotRequest.fencing_token:type_name -> pillar.agent.v1.FencingToken
+	6,  // 45: pillar.agent.v1.DeleteSnapshotRequest.store:type_name -> pillar.agent.v1.Store
+	6,  // 46: pillar.agent.v1.ListSnapshotsRequest.store:type_name -> pillar.agent.v1.Store
+	41, // 47: pillar.agent.v1.ListSnapshotsResponse.snapshots:type_name -> pillar.agent.v1.Snapshot
+	12, // 48: pillar.agent.v1.AgentService.GetAgentInfo:input_type -> pillar.agent.v1.GetAgentInfoRequest
+	14, // 49: pillar.agent.v1.AgentService.GetCapacity:input_type -> pillar.agent.v1.GetCapacityRequest
+	16, // 50: pillar.agent.v1.AgentService.CreateVolume:input_type -> pillar.agent.v1.CreateVolumeRequest
+	21, // 51: pillar.agent.v1.AgentService.DeleteVolume:input_type -> pillar.agent.v1.DeleteVolumeRequest
+	23, // 52: pillar.agent.v1.AgentService.ExpandVolume:input_type -> pillar.agent.v1.ExpandVolumeRequest
+	25, // 53: pillar.agent.v1.AgentService.ExportVolume:input_type -> pillar.agent.v1.ExportVolumeRequest
+	27, // 54: pillar.agent.v1.AgentService.UnexportVolume:input_type -> pillar.agent.v1.UnexportVolumeRequest
+	29, // 55: pillar.agent.v1.AgentService.AllowHost:input_type -> pillar.agent.v1.AllowHostRequest
+	31, // 56: pillar.agent.v1.AgentService.DenyHost:input_type -> pillar.agent.v1.DenyHostRequest
+	33, // 57: pillar.agent.v1.AgentService.ListVolumes:input_type -> pillar.agent.v1.ListVolumesRequest
+	35, // 58: pillar.agent.v1.AgentService.ListExports:input_type -> pillar.agent.v1.ListExportsRequest
+	38, // 59: pillar.agent.v1.AgentService.Reconcile:input_type -> pillar.agent.v1.ReconcileRequest
+	42, // 60: pillar.agent.v1.AgentService.CreateSnapshot:input_type -> pillar.agent.v1.CreateSnapshotRequest
+	44, // 61: pillar.agent.v1.AgentService.DeleteSnapshot:input_type -> pillar.agent.v1.DeleteSnapshotRequest
+	46, // 62: pillar.agent.v1.AgentService.ListSnapshots:input_type -> pillar.agent.v1.ListSnapshotsRequest
+	13, // 63: pillar.agent.v1.AgentService.GetAgentInfo:output_type -> pillar.agent.v1.GetAgentInfoResponse
+	15, // 64: pillar.agent.v1.AgentService.GetCapacity:output_type -> pillar.agent.v1.GetCapacityResponse
+	20, // 65: pillar.agent.v1.AgentService.CreateVolume:output_type -> pillar.agent.v1.CreateVolumeResponse
+	22, // 66: pillar.agent.v1.AgentService.DeleteVolume:output_type -> pillar.agent.v1.DeleteVolumeResponse
+	24, // 67: pillar.agent.v1.AgentService.ExpandVolume:output_type -> pillar.agent.v1.ExpandVolumeResponse
+	26, // 68: pillar.agent.v1.AgentService.ExportVolume:output_type -> pillar.agent.v1.ExportVolumeResponse
+	28, // 69: pillar.agent.v1.AgentService.UnexportVolume:output_type -> pillar.agent.v1.UnexportVolumeResponse
+	30, // 70: pillar.agent.v1.AgentService.AllowHost:output_type -> pillar.agent.v1.AllowHostResponse
+	32, // 71: pillar.agent.v1.AgentService.DenyHost:output_type -> pillar.agent.v1.DenyHostResponse
+	34, // 72: pillar.agent.v1.AgentService.ListVolumes:output_type -> pillar.agent.v1.ListVolumesResponse
+	36, // 73: pillar.agent.v1.AgentService.ListExports:output_type -> pillar.agent.v1.ListExportsResponse
+	40, // 74: pillar.agent.v1.AgentService.Reconcile:output_type -> pillar.agent.v1.ReconcileResponse
+	43, // 75: pillar.agent.v1.AgentService.CreateSnapshot:output_type -> pillar.agent.v1.CreateSnapshotResponse
+	45, // 76: pillar.agent.v1.AgentService.DeleteSnapshot:output_type -> pillar.agent.v1.DeleteSnapshotResponse
+	47, // 77: pillar.agent.v1.AgentService.ListSnapshots:output_type -> pillar.agent.v1.ListSnapshotsResponse
+	63, // [63:78] is the sub-list for method output_type
+	48, // [48:63] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_agent_v1_agent_proto_init() }
@@ -2847,10 +3585,14 @@ func file_agent_v1_agent_proto_init() {
 	file_agent_v1_agent_proto_msgTypes[8].OneofWrappers = []any{
 		(*Export_NvmeofTcp)(nil),
 	}
-	file_agent_v1_agent_proto_msgTypes[19].OneofWrappers = []any{
+	file_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
+		(*ContentSource_Snapshot)(nil),
+		(*ContentSource_Volume)(nil),
+	}
+	file_agent_v1_agent_proto_msgTypes[22].OneofWrappers = []any{
 		(*ExportVolumeRequest_NvmeofTcp)(nil),
 	}
-	file_agent_v1_agent_proto_msgTypes[31].OneofWrappers = []any{
+	file_agent_v1_agent_proto_msgTypes[34].OneofWrappers = []any{
 		(*DesiredExport_NvmeofTcp)(nil),
 	}
 	type x struct{}
@@ -2859,7 +3601,7 @@ func file_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agent_v1_agent_proto_rawDesc), len(file_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   36,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,9 @@ const (
 	AgentService_ListVolumes_FullMethodName    = "/pillar.agent.v1.AgentService/ListVolumes"
 	AgentService_ListExports_FullMethodName    = "/pillar.agent.v1.AgentService/ListExports"
 	AgentService_Reconcile_FullMethodName      = "/pillar.agent.v1.AgentService/Reconcile"
+	AgentService_CreateSnapshot_FullMethodName = "/pillar.agent.v1.AgentService/CreateSnapshot"
+	AgentService_DeleteSnapshot_FullMethodName = "/pillar.agent.v1.AgentService/DeleteSnapshot"
+	AgentService_ListSnapshots_FullMethodName  = "/pillar.agent.v1.AgentService/ListSnapshots"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -93,10 +96,17 @@ type AgentServiceClient interface {
 	// new volume. The first accepted call for a volume ID starts the
 	// lifecycle named by the token.
 	//
+	// With a content_source (needs CAPABILITY_SNAPSHOTS) the volume starts
+	// with the content of a snapshot or of another volume of the same store,
+	// and is at least as large as that source.
+	//
 	// Idempotent: when the volume exists with at least the requested
 	// capacity, it is reported as is.
-	// Codes: ALREADY_EXISTS when the volume exists with a smaller capacity;
-	// RESOURCE_EXHAUSTED when the store lacks space; the common ones.
+	// Codes: ALREADY_EXISTS when the volume exists with a smaller capacity,
+	// or with another content source; RESOURCE_EXHAUSTED when the store
+	// lacks space; with a content_source, NOT_FOUND when the source does not
+	// exist, OUT_OF_RANGE when capacity_bytes is smaller than the source,
+	// FAILED_PRECONDITION as CreateSnapshot; the common ones.
 	CreateVolume(ctx context.Context, in *CreateVolumeRequest, opts ...grpc.CallOption) (*CreateVolumeResponse, error)
 	// DeleteVolume removes the volume's export (if any) and destroys its
 	// backend volume, then ends the lifecycle named by the token: no request
@@ -186,6 +196,38 @@ type AgentServiceClient interface {
 	// Codes: INVALID_ARGUMENT when a volume ID appears twice; otherwise OK
 	// with per-export results (the common codes apply per entry).
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
+	// CreateSnapshot takes a snapshot of a volume: a ZFS snapshot, or an LVM
+	// thin snapshot (inactive, activation skipped). It is fenced twice, in
+	// one step: by the source volume's token (a snapshot changes the
+	// source's backend state) and by the snapshot's own token, whose
+	// lifecycle the first accepted call starts; DeleteSnapshot ends it.
+	// Needs CAPABILITY_SNAPSHOTS.
+	//
+	// Idempotent: a snapshot of that ID and source that exists is reported
+	// as it is.
+	// Codes: NOT_FOUND when the source volume does not exist;
+	// ALREADY_EXISTS when the snapshot ID names something else (another
+	// source's snapshot, a volume); FAILED_PRECONDITION when the store
+	// cannot take snapshots (LVM without a thin pool, named in the
+	// message); RESOURCE_EXHAUSTED when the store lacks space; the common
+	// ones.
+	CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error)
+	// DeleteSnapshot deletes a snapshot and ends its lifecycle. Where a
+	// volume made from it still needs its data (a ZFS clone's origin) the
+	// store keeps it hidden and frees its space with the last volume that
+	// needs it; the snapshot is gone for ListSnapshots at once. Deleting a
+	// source volume leaves its snapshots in place, in the same way.
+	// Needs CAPABILITY_SNAPSHOTS.
+	//
+	// Idempotent: a snapshot that does not exist is reported deleted.
+	// Codes: FAILED_PRECONDITION when something not made by pillar-csi
+	// depends on it (a clone or snapshot made by hand), named in the
+	// message; the common ones.
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	// ListSnapshots lists the pillar-csi snapshots of one store, a page at
+	// a time, as ListVolumes. Read-only. Needs CAPABILITY_SNAPSHOTS.
+	// Codes: as ListVolumes; FAILED_PRECONDITION as CreateSnapshot.
+	ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -316,6 +358,36 @@ func (c *agentServiceClient) Reconcile(ctx context.Context, in *ReconcileRequest
 	return out, nil
 }
 
+func (c *agentServiceClient) CreateSnapshot(ctx context.Context, in *CreateSnapshotRequest, opts ...grpc.CallOption) (*CreateSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSnapshotResponse)
+	err := c.cc.Invoke(ctx, AgentService_CreateSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, AgentService_DeleteSnapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) ListSnapshots(ctx context.Context, in *ListSnapshotsRequest, opts ...grpc.CallOption) (*ListSnapshotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSnapshotsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListSnapshots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -369,10 +441,17 @@ type AgentServiceServer interface {
 	// new volume. The first accepted call for a volume ID starts the
 	// lifecycle named by the token.
 	//
+	// With a content_source (needs CAPABILITY_SNAPSHOTS) the volume starts
+	// with the content of a snapshot or of another volume of the same store,
+	// and is at least as large as that source.
+	//
 	// Idempotent: when the volume exists with at least the requested
 	// capacity, it is reported as is.
-	// Codes: ALREADY_EXISTS when the volume exists with a smaller capacity;
-	// RESOURCE_EXHAUSTED when the store lacks space; the common ones.
+	// Codes: ALREADY_EXISTS when the volume exists with a smaller capacity,
+	// or with another content source; RESOURCE_EXHAUSTED when the store
+	// lacks space; with a content_source, NOT_FOUND when the source does not
+	// exist, OUT_OF_RANGE when capacity_bytes is smaller than the source,
+	// FAILED_PRECONDITION as CreateSnapshot; the common ones.
 	CreateVolume(context.Context, *CreateVolumeRequest) (*CreateVolumeResponse, error)
 	// DeleteVolume removes the volume's export (if any) and destroys its
 	// backend volume, then ends the lifecycle named by the token: no request
@@ -462,6 +541,38 @@ type AgentServiceServer interface {
 	// Codes: INVALID_ARGUMENT when a volume ID appears twice; otherwise OK
 	// with per-export results (the common codes apply per entry).
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
+	// CreateSnapshot takes a snapshot of a volume: a ZFS snapshot, or an LVM
+	// thin snapshot (inactive, activation skipped). It is fenced twice, in
+	// one step: by the source volume's token (a snapshot changes the
+	// source's backend state) and by the snapshot's own token, whose
+	// lifecycle the first accepted call starts; DeleteSnapshot ends it.
+	// Needs CAPABILITY_SNAPSHOTS.
+	//
+	// Idempotent: a snapshot of that ID and source that exists is reported
+	// as it is.
+	// Codes: NOT_FOUND when the source volume does not exist;
+	// ALREADY_EXISTS when the snapshot ID names something else (another
+	// source's snapshot, a volume); FAILED_PRECONDITION when the store
+	// cannot take snapshots (LVM without a thin pool, named in the
+	// message); RESOURCE_EXHAUSTED when the store lacks space; the common
+	// ones.
+	CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error)
+	// DeleteSnapshot deletes a snapshot and ends its lifecycle. Where a
+	// volume made from it still needs its data (a ZFS clone's origin) the
+	// store keeps it hidden and frees its space with the last volume that
+	// needs it; the snapshot is gone for ListSnapshots at once. Deleting a
+	// source volume leaves its snapshots in place, in the same way.
+	// Needs CAPABILITY_SNAPSHOTS.
+	//
+	// Idempotent: a snapshot that does not exist is reported deleted.
+	// Codes: FAILED_PRECONDITION when something not made by pillar-csi
+	// depends on it (a clone or snapshot made by hand), named in the
+	// message; the common ones.
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	// ListSnapshots lists the pillar-csi snapshots of one store, a page at
+	// a time, as ListVolumes. Read-only. Needs CAPABILITY_SNAPSHOTS.
+	// Codes: as ListVolumes; FAILED_PRECONDITION as CreateSnapshot.
+	ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -507,6 +618,15 @@ func (UnimplementedAgentServiceServer) ListExports(context.Context, *ListExports
 }
 func (UnimplementedAgentServiceServer) Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Reconcile not implemented")
+}
+func (UnimplementedAgentServiceServer) CreateSnapshot(context.Context, *CreateSnapshotRequest) (*CreateSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSnapshot not implemented")
+}
+func (UnimplementedAgentServiceServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedAgentServiceServer) ListSnapshots(context.Context, *ListSnapshotsRequest) (*ListSnapshotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSnapshots not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -745,6 +865,60 @@ func _AgentService_Reconcile_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_CreateSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).CreateSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_CreateSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).CreateSnapshot(ctx, req.(*CreateSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_ListSnapshots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSnapshotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListSnapshots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListSnapshots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListSnapshots(ctx, req.(*ListSnapshotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -799,6 +973,18 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Reconcile",
 			Handler:    _AgentService_Reconcile_Handler,
+		},
+		{
+			MethodName: "CreateSnapshot",
+			Handler:    _AgentService_CreateSnapshot_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _AgentService_DeleteSnapshot_Handler,
+		},
+		{
+			MethodName: "ListSnapshots",
+			Handler:    _AgentService_ListSnapshots_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -12,10 +12,11 @@ import (
 // fencing token. Every other RPC, including any added later, must carry
 // one: a new RPC that is neither listed here nor fenced fails this test.
 var readOnly = map[protoreflect.Name]bool{
-	"GetAgentInfo": true,
-	"GetCapacity":  true,
-	"ListVolumes":  true,
-	"ListExports":  true,
+	"GetAgentInfo":  true,
+	"GetCapacity":   true,
+	"ListVolumes":   true,
+	"ListExports":   true,
+	"ListSnapshots": true,
 }
 
 func TestEveryMutatingRequestCarriesAFencingToken(t *testing.T) {
@@ -60,7 +61,18 @@ func TestEveryMutatingRequestCarriesAFencingToken(t *testing.T) {
 			t.Errorf("%s changes the node but %s has no fencing_token = 1", m.Name(), in.FullName())
 		}
 	}
-	if mutating != 8 {
-		t.Errorf("%d mutating RPCs, want 8 (Create, Delete, Expand, Export, Unexport, AllowHost, DenyHost, Reconcile)", mutating)
+	if mutating != 10 {
+		t.Errorf("%d mutating RPCs, want 10 (Create, Delete, Expand, Export, Unexport, AllowHost, DenyHost, Reconcile, CreateSnapshot, DeleteSnapshot)", mutating)
+	}
+	// A call that changes a second lifecycle carries that one's token too:
+	// each content source of CreateVolume, and CreateSnapshot's source.
+	sources := (&agentv1.ContentSource{}).ProtoReflect().Descriptor().Oneofs().ByName("source").Fields()
+	for i := range sources.Len() {
+		if m := sources.Get(i).Message(); m == nil || !hasToken(m) {
+			t.Errorf("content source %s lacks fencing_token = 1", sources.Get(i).FullName())
+		}
+	}
+	if f := (&agentv1.CreateSnapshotRequest{}).ProtoReflect().Descriptor().Fields().ByName("source_fencing_token"); f == nil || f.Message() != token {
+		t.Errorf("CreateSnapshotRequest has no source_fencing_token")
 	}
 }

@@ -12,3 +12,13 @@ const MaxMessageSize = 4 << 20
 // early when its entries reach three quarters of MaxMessageSize (an
 // export allowed to many hosts is large), so a page always fits.
 const MaxListPageSize = 1000
+
+// SnapshotFencingKeyPrefix starts the key of a snapshot's lifecycle in the
+// agent's fencing store, and so FencingRejection.volume_id when a
+// snapshot's token is refused: "snapshot/" and the snapshot ID. No volume
+// ID contains '/', so a snapshot's mark never meets a volume's.
+const SnapshotFencingKeyPrefix = "snapshot/"
+
+// MaxSnapshotIDLength is the longest snapshot ID the agent accepts: with
+// SnapshotFencingKeyPrefix it must fit the fencing store's 128-byte keys.
+const MaxSnapshotIDLength = 128 - len(SnapshotFencingKeyPrefix)

@@ -57,13 +57,14 @@ type Agent struct {
 	presented map[[2]string][]uint64
 
 	// Volumes (EnableVolumes).
-	marks   *fencing.Store
-	round   int64
-	volumes map[string]Volume
-	exports map[string]Export
-	fail    map[string]error
-	after   map[string]func()
-	hooks   Hooks
+	marks     *fencing.Store
+	round     int64
+	volumes   map[string]Volume
+	exports   map[string]Export
+	snapshots map[string]Snapshot
+	fail      map[string]error
+	after     map[string]func()
+	hooks     Hooks
 
 	creds  credentials.TransportCredentials
 	token  string
@@ -93,7 +94,7 @@ func Start(o Options) (*Agent, error) {
 		version: o.Version,
 		bootID:  newID(),
 		caps: []agentv1.Capability{agentv1.Capability_CAPABILITY_BACKEND_ZFS, agentv1.Capability_CAPABILITY_BACKEND_LVM,
-			agentv1.Capability_CAPABILITY_BACKEND_LVM_THIN, agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP},
+			agentv1.Capability_CAPABILITY_BACKEND_LVM_THIN, agentv1.Capability_CAPABILITY_TRANSPORT_NVMEOF_TCP, agentv1.Capability_CAPABILITY_SNAPSHOTS},
 		stores:    map[string]Capacity{},
 		calls:     map[string]int{},
 		presented: map[[2]string][]uint64{},

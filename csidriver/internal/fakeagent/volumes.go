@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +19,9 @@ import (
 type Volume struct {
 	Store string // pool or volume group
 	Size  int64
+	// Origin is what the volume was made from: "snapshot ID" or
+	// "volume ID"; empty for an empty volume.
+	Origin string
 }
 
 // Export is an export of the model.
@@ -46,6 +50,7 @@ func (a *Agent) EnableVolumes(dir string, roundTo int64) error {
 	defer a.mu.Unlock()
 	a.marks, a.round = st, roundTo
 	a.volumes, a.exports, a.fail, a.after = map[string]Volume{}, map[string]Export{}, map[string]error{}, map[string]func(){}
+	a.snapshots = map[string]Snapshot{}
 	return nil
 }
 
@@ -115,41 +120,66 @@ func (a *Agent) Exports() map[string]Export {
 
 // fenced runs act under the volume's fencing mark.
 func (a *Agent) fenced(ctx context.Context, method, id string, kind fencing.Kind, pt *agentv1.FencingToken, act func() error) error {
+	return a.fencedAll(ctx, method, []fence{{id, kind, pt}}, act)
+}
+
+// fence is one lifecycle a call is fenced by: a volume, or a snapshot
+// ("snapshot/" and its ID), as pillar-agent keys them.
+type fence struct {
+	key   string
+	kind  fencing.Kind
+	token *agentv1.FencingToken
+}
+
+// fencedAll runs act when every fence's token is admitted, checked in key
+// order, as pillar-agent does for a call that changes two lifecycles.
+func (a *Agent) fencedAll(ctx context.Context, method string, fs []fence, act func() error) error {
+	fs = slices.Clone(fs)
+	slices.SortFunc(fs, func(x, y fence) int { return strings.Compare(x.key, y.key) })
 	a.mu.Lock()
 	a.calls[method]++
-	a.presented[[2]string{method, id}] = append(a.presented[[2]string{method, id}], pt.GetPublicationGeneration())
+	for _, f := range fs {
+		a.presented[[2]string{method, f.key}] = append(a.presented[[2]string{method, f.key}], f.token.GetPublicationGeneration())
+	}
 	st := a.marks
 	a.mu.Unlock()
 	if st == nil {
 		return status.Error(codes.Unimplemented, "fake agent: volumes not enabled")
 	}
-	tok := fencing.Token{UID: pt.GetLifecycleUid(), Generation: pt.GetPublicationGeneration()}
-	admitted := false
-	err := st.Do(ctx, id, kind, tok, func(context.Context) error {
-		admitted = true
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if err, ok := a.fail[method]; ok {
-			delete(a.fail, method)
-			return err
+	entered := make([]bool, len(fs)+1)
+	var run func(i int) error
+	run = func(i int) error {
+		entered[i] = true
+		if i == len(fs) {
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			if err, ok := a.fail[method]; ok {
+				delete(a.fail, method)
+				return err
+			}
+			return act()
 		}
-		return act()
-	})
+		f := fs[i]
+		tok := fencing.Token{UID: f.token.GetLifecycleUid(), Generation: f.token.GetPublicationGeneration()}
+		err := st.Do(ctx, f.key, f.kind, tok, func(context.Context) error { return run(i + 1) })
+		if err != nil && !entered[i+1] && fencing.IsRejected(err) {
+			r := fencing.RejectionReason(err)
+			rej := &agentv1.FencingRejection{VolumeId: f.key, Presented: f.token,
+				Reason: agentv1.FencingRejection_Reason(agentv1.FencingRejection_Reason_value["REASON_"+r.String()])}
+			if r.String() == "MALFORMED" {
+				rej.Reason = agentv1.FencingRejection_REASON_MALFORMED_TOKEN
+			}
+			return agentv1.NewFencingError(rej, fmt.Sprintf("%s %s: %v", method, f.key, err))
+		}
+		return err
+	}
+	err := run(0)
 	a.mu.Lock()
 	after := a.after[method]
 	delete(a.after, method)
 	a.mu.Unlock()
 	if after != nil && err == nil {
 		after()
-	}
-	if err != nil && !admitted && fencing.IsRejected(err) {
-		r := fencing.RejectionReason(err)
-		rej := &agentv1.FencingRejection{VolumeId: id, Presented: pt,
-			Reason: agentv1.FencingRejection_Reason(agentv1.FencingRejection_Reason_value["REASON_"+r.String()])}
-		if r.String() == "MALFORMED" {
-			rej.Reason = agentv1.FencingRejection_REASON_MALFORMED_TOKEN
-		}
-		return agentv1.NewFencingError(rej, fmt.Sprintf("%s %s: %v", method, id, err))
 	}
 	return err
 }
@@ -164,10 +194,18 @@ func poolOf(st *agentv1.Store) string {
 func (s *service) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequest) (*agentv1.CreateVolumeResponse, error) {
 	a := s.a
 	var out int64
-	err := a.fenced(ctx, "CreateVolume", req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken(), func() error {
+	fs := []fence{{req.GetVolumeId(), fencing.KindMutate, req.GetFencingToken()}}
+	origin, sourceFence := contentSource(req.GetContentSource())
+	if origin != "" {
+		fs = append(fs, sourceFence)
+	}
+	err := a.fencedAll(ctx, "CreateVolume", fs, func() error {
 		size := req.GetCapacityBytes()
 		if a.round > 0 {
 			size = (size + a.round - 1) / a.round * a.round
+		}
+		if origin != "" {
+			return a.createFrom(req.GetVolumeId(), poolOf(req.GetStore()), origin, size, &out)
 		}
 		if v, ok := a.volumes[req.GetVolumeId()]; ok {
 			if v.Size < req.GetCapacityBytes() {

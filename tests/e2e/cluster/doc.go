@@ -14,8 +14,8 @@
 // node's address, containerd trusts it through a hosts.toml that names
 // the cluster's CA, and the install pushes the images there (make push)
 // for the kubelet to pull; only the sandbox image is imported with `ctr
-// -n k8s.io images import` (see registry.go). A two-guest run, and make
-// check's subset (Options.ImportImages), import every image from
+// -n k8s.io images import` (see registry.go). A two-guest run, and a run
+// with -cluster.import (Options.ImportImages), import every image from
 // bin/images/*.tar (make images) instead, and the chart runs them with imagePullPolicy: Never; so do
 // the harness's own busybox and agnhost images in every run.
 //

@@ -64,20 +64,41 @@ func loadCA(dir string) (*ca, error) {
 	if err != nil {
 		return nil, err
 	}
+	c, err := parseCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("CA in %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+// parseCA reads a CA's PEM certificate and EC key.
+func parseCA(certPEM, keyPEM []byte) (*ca, error) {
 	cb, _ := pem.Decode(certPEM)
 	kb, _ := pem.Decode(keyPEM)
 	if cb == nil || kb == nil {
-		return nil, fmt.Errorf("CA in %s: no PEM block", dir)
+		return nil, fmt.Errorf("no PEM block")
 	}
 	cert, err := x509.ParseCertificate(cb.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("CA certificate in %s: %w", dir, err)
+		return nil, fmt.Errorf("CA certificate: %w", err)
 	}
 	key, err := x509.ParseECPrivateKey(kb.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("CA key in %s: %w", dir, err)
+		return nil, fmt.Errorf("CA key: %w", err)
 	}
 	return &ca{cert: cert, key: key, pem: certPEM}, nil
+}
+
+// IssueClientCert signs a client certificate for cn with the CA of a PEM
+// certificate and EC key, as anyone who holds that key could, and returns
+// the certificate and its key in PEM.
+func IssueClientCert(caCertPEM, caKeyPEM []byte, cn string) (certPEM, keyPEM []byte, err error) {
+	c, err := parseCA(caCertPEM, caKeyPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	k, err := c.issue(cn, nil, nil)
+	return k.cert, k.key, err
 }
 
 // writeCA writes the CA's certificate and key into dir as ca.crt and

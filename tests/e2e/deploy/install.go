@@ -51,24 +51,27 @@ func imageRef(root, name string) (repo, tag string, err error) {
 // labValues are the chart values the lab adds to the quickstart's, and
 // only those: leader-election deadlines long enough for an API server
 // under emulation, tolerations that let the controller's pods stand for a
-// controller on another node when a test loses the one worker, and, in a
+// controller on another node when a test loses the one worker, the
+// chart's snapshot controller (the lab cluster has none), and, in a
 // cluster without the lab registry (two guests), the images make images
 // built, imported into the guests (pullPolicy Never). Everything else is
 // the quickstart's or the chart's default, which is what the install
 // proves.
 func labValues(root string, imported bool) (string, error) {
-	var controllerImages, agentImage, nodeImage string
+	var controllerImages, agentImage, nodeImage, snapshotImage string
 	if imported {
 		img := map[string]string{}
-		for _, n := range []string{"pillar-controller", "pillar-agent", "pillar-node", "csi-provisioner", "csi-attacher", "csi-resizer"} {
+		for _, n := range []string{"pillar-controller", "pillar-agent", "pillar-node", "csi-provisioner", "csi-attacher", "csi-resizer",
+			"csi-snapshotter", "snapshot-controller"} {
 			repo, tag, err := imageRef(root, n)
 			if err != nil {
 				return "", err
 			}
 			img[n] = fmt.Sprintf("{repository: %s, tag: %q, pullPolicy: Never}", repo, tag)
 		}
-		controllerImages = fmt.Sprintf("  image: %s\n  provisioner: {image: %s}\n  attacher: {image: %s}\n  resizer: {image: %s}\n",
-			img["pillar-controller"], img["csi-provisioner"], img["csi-attacher"], img["csi-resizer"])
+		controllerImages = fmt.Sprintf("  image: %s\n  provisioner: {image: %s}\n  attacher: {image: %s}\n  resizer: {image: %s}\n  snapshotter: {image: %s}\n",
+			img["pillar-controller"], img["csi-provisioner"], img["csi-attacher"], img["csi-resizer"], img["csi-snapshotter"])
+		snapshotImage = fmt.Sprintf("    image: %s\n", img["snapshot-controller"])
 		agentImage = fmt.Sprintf("agent:\n  image: %s\n", img["pillar-agent"])
 		nodeImage = fmt.Sprintf("node:\n  image: %s\n", img["pillar-node"])
 	}
@@ -85,7 +88,12 @@ func labValues(root string, imported bool) (string, error) {
   tolerations:
   - {key: node.kubernetes.io/out-of-service, operator: Exists, effect: NoExecute}
   - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute}
-` + agentImage + nodeImage, nil
+` + agentImage + nodeImage + `# The lab cluster has no snapshot controller of its own (a distribution
+# usually brings one): the chart's runs.
+snapshots:
+  controller:
+    enabled: true
+` + snapshotImage, nil
 }
 
 // The quickstart's push and install commands, which the lab changes.
@@ -195,6 +203,13 @@ func Install(ctx context.Context, c *cluster.Cluster, root string, log io.Writer
 		}
 		fmt.Fprintf(log, "%s:\n%s", f, b)
 	}
+	// The snapshot CRDs first, as a cluster administrator installs them
+	// (docs/install.md, "Snapshots"): the chart then runs csi-snapshotter
+	// and makes its VolumeSnapshotClass.
+	if out, err := c.Kubectl(ctx, nil, "apply", "--server-side", "-f", filepath.Join(root, "bin", "snapshot-crds")); err != nil {
+		return fmt.Errorf("the snapshot CRDs (make cluster-tools fetches them into bin/snapshot-crds): %w\n%s", err, out)
+	}
+	step("the snapshot CRDs")
 	script, err := QuickstartScript(root, QuickstartInstall, installReplacements(node, reg, append([]string{vf}, extraValues...)...)...)
 	if err != nil {
 		return err

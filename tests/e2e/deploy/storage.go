@@ -28,10 +28,14 @@ const (
 	// (a 1 GiB pool has ~830 MiB free and refuses them, ResourceExhausted).
 	// The file is sparse: the guest's tmpfs holds only what is written.
 	zpoolFileSize = 4 << 30
-	vgFileSize    = 1 << 30
+	// The thin pool holds TestSnapshots' claim of 320 MiB, its snapshot,
+	// a restore of 448 MiB and a clone under the overcommit ratio of 1,
+	// which counts a thin snapshot at its source's size (1408 MiB; a
+	// 768 MiB pool refused the restore, ResourceExhausted). Sparse too.
+	vgFileSize = 3 << 30
 	// thinPoolSize leaves room in vg0 for the thin pool's metadata and
 	// for LVM's resize of it.
-	thinPoolSize = "768m"
+	thinPoolSize = "2560m"
 )
 
 func NewStorage(ctx context.Context, log io.Writer) (*Storage, error) {

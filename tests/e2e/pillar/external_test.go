@@ -26,12 +26,13 @@ import (
 )
 
 // externalCISpecs is the subset of the Kubernetes external-storage suite
-// that TestExternalStorage runs by default (make e2e-ci): the two claims
-// of the driver file that no pillar-csi test checks on its own, online
-// expansion and ReadWriteOncePod. Each spec took 190-225 s in a TCG guest
-// on a slow CI day (70-80 s on a fast one); the other specs of the
-// default, xfs and block volume patterns, expansion offline, exec and
-// multipods, run in make e2e-full with the rest of the suite. Each entry
+// that TestExternalStorage runs by default (make e2e-ci): claims of the
+// driver file that no pillar-csi test checks the same way, online
+// expansion and ReadWriteOncePod. Each spec took
+// 190-225 s in a TCG guest on a slow CI day (70-80 s on a fast one); the
+// other specs of the default, xfs and block volume patterns, expansion
+// offline, exec, multipods, snapshots and clones, run in make e2e-full
+// with the rest of the suite. Each entry
 // is the rest of a spec's full text after "External Storage [Driver:
 // pillar-csi.io] ", matched literally and to the end (the tags such as
 // [Slow] are part of the text). `bin/e2e.test

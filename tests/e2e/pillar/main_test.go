@@ -38,7 +38,7 @@ var lab struct {
 // binary then runs its tests against that cluster, which another process
 // of the guest owns, instead of starting one of its own. make e2e-run
 // passes it.
-var importImages = flag.Bool("cluster.import", false, "import the chart's images into containerd at the cluster's start instead of pushing them to the lab registry for the kubelet to pull (make e2e-ci passes it)")
+var importImages = flag.Bool("cluster.import", false, "import the chart's images into containerd at the cluster's start instead of pushing them to the lab registry for the kubelet to pull")
 
 var attachFile = flag.String("cluster.attach", "", "attach to the kept cluster whose state file this is instead of starting a cluster (make e2e-run passes it)")
 

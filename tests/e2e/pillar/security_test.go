@@ -4,6 +4,7 @@ package pillar_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -125,4 +126,140 @@ spec:
 		t.Errorf("the agent's log names no refusal from the pod's address %s:\n%s", podIP, strings.Join(refused, "\n"))
 	}
 	t.Logf("the agent logged %d refusals, among them:\n%s", len(refused), strings.Join(refused, "\n"))
+}
+
+// TestGeneratedMutualTLS switches the install to the chart's own
+// certificates (helm upgrade --set tls.mode=generated) and back: the
+// storage node's agent then runs from its own DaemonSet with a
+// certificate that names only its node, pillar-controller reaches it (a
+// claim binds, a pod writes and reads), and every stranger is refused
+// even with the installation's token: a plaintext caller, a client
+// certificate of the same CA issued to another name, and the storage
+// node's own certificate. The controller's certificate with a made-up
+// token is refused UNAUTHENTICATED; with the real token it is served,
+// which shows the probe itself can succeed.
+func TestGeneratedMutualTLS(t *testing.T) {
+	c := setup(t)
+	ctx := context.Background()
+	probe := filepath.Join(lab.root, "bin", "agent-probe")
+	node := deploy.StorageNode(c)
+	ip := kubectl(t, c, "get", "node", node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	addr := net.JoinHostPort(ip, strconv.Itoa(agentPort))
+	chart := filepath.Join(lab.root, "deploy", "charts", "pillar-csi")
+	agentReady := func(before string) {
+		t.Helper()
+		poll(t, "PillarAgent "+deploy.AgentName+" Ready on a new agent", 10*time.Minute, 5*time.Second, func() (bool, string) {
+			out, err := c.Kubectl(ctx, nil, "get", "pillaragent", deploy.AgentName, "-o",
+				`jsonpath={.metadata.generation} {.status.observedGeneration} {.status.instanceID} {.status.conditions[?(@.type=="Ready")].status}`)
+			f := strings.Fields(string(out))
+			return err == nil && len(f) == 4 && f[0] == f[1] && f[2] != before && f[3] == "True", fmt.Sprintf("%q %v", out, err)
+		})
+	}
+	upgrade := func(mode string) {
+		t.Helper()
+		before := kubectl(t, c, "get", "pillaragent", deploy.AgentName, "-o", "jsonpath={.status.instanceID}")
+		t0 := time.Now()
+		out, err := c.Helm(ctx, 20*time.Minute, "upgrade", deploy.Release, chart, "-n", deploy.Namespace, "--reuse-values",
+			"--set", "tls.mode="+mode, "--wait", "--timeout", "15m")
+		if err != nil {
+			t.Fatalf("helm upgrade to tls.mode %s: %v\n%s", mode, err, out)
+		}
+		agentReady(before)
+		record(t, "helm upgrade to tls.mode "+mode+", agent Ready", time.Since(t0))
+	}
+	t.Cleanup(func() {
+		if kubectl(t, c, "get", "pillaragent", deploy.AgentName, "-o", "jsonpath={.spec.tls.secretRef.name}") != "" {
+			upgrade("none")
+		}
+	})
+	upgrade("generated")
+
+	ds := deploy.Release + "-agent-" + node
+	if got := kubectl(t, c, "get", "daemonset", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "-o", "jsonpath={.items[*].metadata.name}"); got != ds {
+		t.Fatalf("agent DaemonSets %q, want only %s", got, ds)
+	}
+
+	// The controller reaches the agent: a claim binds and a pod uses it.
+	ns := testNamespace(t, c)
+	boundClaim(t, c, ns, "zfs-nvmeof", "64Mi")
+	apply(t, c, pod(ns, "rw", "echo mtls > /data/f && sync && cat /data/f", "persistentVolumeClaim: {claimName: data}", false))
+	waitSucceeded(t, c, ns, "rw")
+
+	// The material the strangers use: the installation's token, the
+	// chart's CA (with its key, to issue a certificate to another name),
+	// the storage node's certificate and the controller's.
+	dir := t.TempDir()
+	secretKey := func(secret, key string) []byte {
+		t.Helper()
+		b64 := kubectl(t, c, "get", "secret", "-n", deploy.Namespace, secret, "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
+		b, err := base64.StdEncoding.DecodeString(b64)
+		if err != nil || len(b) == 0 {
+			t.Fatalf("Secret %s key %s: %d bytes, %v", secret, key, len(b), err)
+		}
+		return b
+	}
+	save := func(name string, data []byte) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	token := string(secretKey(deploy.Release+"-agent-token", "token"))
+	caCert := secretKey(deploy.Release+"-ca", "tls.crt")
+	ca := save("ca.crt", caCert)
+	intruderCert, intruderKey, err := cluster.IssueClientCert(caCert, secretKey(deploy.Release+"-ca", "tls.key"), "intruder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type identity struct{ cert, key string }
+	ids := map[string]identity{
+		"intruder":   {save("intruder.crt", intruderCert), save("intruder.key", intruderKey)},
+		"node":       {save("node.crt", secretKey(deploy.Release+"-agent-tls-"+node, "tls.crt")), save("node.key", secretKey(deploy.Release+"-agent-tls-"+node, "tls.key"))},
+		"controller": {save("controller.crt", secretKey(deploy.Release+"-controller-client-tls", "tls.crt")), save("controller.key", secretKey(deploy.Release+"-controller-client-tls", "tls.key"))},
+	}
+	const volume = "pvc-agent-probe-mtls"
+	call := func(who string, args ...string) map[string]string {
+		t.Helper()
+		argv := append([]string{"-addr", addr, "-volume", volume, "-zfs-pool", deploy.ZPool, "-server-name", node, "-timeout", "20s"}, args...)
+		out, err := fixture.Command(ctx, "agent-probe", probe, argv...)
+		if err != nil {
+			t.Fatalf("%s: %v", who, err)
+		}
+		codes := map[string]string{}
+		for l := range strings.SplitSeq(out, "\n") {
+			if f := strings.Fields(l); len(f) == 2 && slices.Contains(probeCalls, f[0]) {
+				codes[f[0]] = f[1]
+			}
+		}
+		t.Logf("%s: %v", who, codes)
+		return codes
+	}
+	refused := func(who string, codes map[string]string, want string) {
+		t.Helper()
+		if len(codes) != len(probeCalls) {
+			t.Errorf("%s: answers %v, want one for each of %v", who, codes, probeCalls)
+		}
+		for call, code := range codes {
+			if code != want {
+				t.Errorf("%s: %s answered %s, want %s", who, call, code, want)
+			}
+		}
+	}
+	// A refused handshake reaches the client as UNAVAILABLE.
+	refused("plaintext with the token", call("plaintext", "-token", token), "Unavailable")
+	refused("another name of the CA with the token", call("intruder", "-token", token, "-ca", ca, "-cert", ids["intruder"].cert, "-key", ids["intruder"].key), "Unavailable")
+	refused("the storage node's certificate with the token", call("node", "-token", token, "-ca", ca, "-cert", ids["node"].cert, "-key", ids["node"].key), "Unavailable")
+	refused("the controller's certificate with a made-up token", call("controller", "-token", strings.Repeat("m", 48), "-ca", ca, "-cert", ids["controller"].cert, "-key", ids["controller"].key), "Unauthenticated")
+	if got := call("control", "-token", token, "-ca", ca, "-cert", ids["controller"].cert, "-key", ids["controller"].key, "-calls", "ListExports"); got["ListExports"] != "OK" {
+		t.Errorf("the controller's certificate and token: ListExports %s, want OK (the refusals above would prove nothing)", got["ListExports"])
+	}
+	if ok, err := zvolExists(ctx, volume); err != nil || ok {
+		t.Errorf("zvol %s on the storage node after the strangers' CreateVolume: exists %v, %v", volume, ok, err)
+	}
+	logs := kubectl(t, c, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "--tail=-1")
+	if !strings.Contains(logs, "TLS client refused") || !strings.Contains(logs, "intruder") {
+		t.Errorf("the agent's log names no refused client certificate of intruder:\n%s", logs)
+	}
 }

@@ -30,6 +30,14 @@
 //     Reconcile restores every export (the access list included), leaves a
 //     subsystem it does not own alone, and the initiator reconnects and
 //     reads back what it wrote before.
+//   - on LVM thin and ZFS, a restore reads the snapshot's bytes over the
+//     whole device (also through the initiator) and a clone its source's
+//     current bytes; a stale or foreign token of a snapshot call is refused
+//     and changes nothing on the store; source, snapshot and restores are
+//     deleted in any order and leave nothing behind; an agent SIGKILLed
+//     before or after the backend command of CreateSnapshot or of a
+//     restore converges on the identical retry; linear LVM refuses
+//     snapshots, naming its type.
 //
 // Run it with
 //

@@ -157,24 +157,29 @@ func lockVG(t *testing.T, path string) (unlock func()) {
 }
 
 // childCommand returns the PID of a child of parent whose command line
-// starts with args, or 0.
+// starts with args, or 0. It reads the children lists of parent's
+// threads (CONFIG_PROC_CHILDREN) instead of every process in /proc: under
+// TCG a walk of /proc takes tens of milliseconds, and the snapshot tests
+// must catch a command within a few of its exec, before it acts.
 func childCommand(parent int, args ...string) int {
-	ents, err := os.ReadDir("/proc")
+	lists, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", parent))
 	if err != nil {
 		return 0
 	}
 	want := strings.Join(args, "\x00") + "\x00"
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
+	for _, l := range lists {
+		b, err := os.ReadFile(l)
 		if err != nil {
-			continue
+			continue // the thread exited
 		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.HasPrefix(string(cmdline), want) {
-			continue
-		}
-		if ppid, _, err := procStat(pid); err == nil && ppid == parent {
-			return pid
+		for _, f := range strings.Fields(string(b)) {
+			cmdline, err := os.ReadFile(filepath.Join("/proc", f, "cmdline"))
+			if err != nil || !strings.HasPrefix(string(cmdline), want) {
+				continue
+			}
+			if pid, err := strconv.Atoi(f); err == nil {
+				return pid
+			}
 		}
 	}
 	return 0

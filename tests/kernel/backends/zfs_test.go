@@ -215,8 +215,8 @@ func zfsGet(t *testing.T, dataset, prop string) string {
 // (backends/zfs/destroy.lua) checks and does on the real kernel, in one
 // zfs command: it destroys only a volume whose owner property names the
 // volume, refuses a filesystem, a zvol owned by another volume and a zvol
-// with snapshots (each left as it was), and the zvol's device node goes
-// with it.
+// with a snapshot it did not make (each left as it was), and the zvol's
+// device node goes with it. (Snapshots of its own: TestSnapshots*.)
 func TestZFSDeleteChannelProgram(t *testing.T) {
 	s := zfsStore(t, "zfs-program", true)
 	b := s.backend(s.rec)
@@ -252,7 +252,8 @@ func TestZFSDeleteChannelProgram(t *testing.T) {
 	if !s.exists(t, "pvc-other") {
 		t.Fatal("the zvol owned by another volume was destroyed")
 	}
-	// A zvol of ours with a snapshot.
+	// A zvol of ours with a snapshot someone else took (an operator, a
+	// replication tool): refused, both left as they were.
 	snap := parent("pvc-dev") + "@keep"
 	zfsRun("snapshot", snap)
 	mustErr(t, b.Delete(ctx, "pvc-dev"), backends.ErrBusy)
@@ -260,6 +261,18 @@ func TestZFSDeleteChannelProgram(t *testing.T) {
 		t.Fatal("the zvol with a snapshot, or its snapshot, was destroyed")
 	}
 	zfsRun("destroy", snap)
+
+	// A snapshot of ours is no mark because it inherits the property: one
+	// set on the zvol does not make the operator's snapshot ours.
+	zfsRun("set", zfs.SnapshotProperty+"=keep", parent("pvc-dev"))
+	zfsRun("snapshot", snap)
+	mustErr(t, b.(backends.Snapshotter).DeleteSnapshot(ctx, "keep", "pvc-dev"), backends.ErrConflict)
+	mustErr(t, b.Delete(ctx, "pvc-dev"), backends.ErrBusy)
+	if !s.exists(t, "pvc-dev@keep") {
+		t.Fatal("a snapshot that only inherited the snapshot property was destroyed")
+	}
+	zfsRun("destroy", snap)
+	zfsRun("inherit", zfs.SnapshotProperty, parent("pvc-dev"))
 
 	// Ours, without snapshots: destroyed, and its device node removed.
 	if err := b.Delete(ctx, "pvc-dev"); err != nil {

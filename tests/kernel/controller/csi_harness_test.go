@@ -46,8 +46,11 @@ const (
 
 // Backends of a stack.
 const (
-	backendZFS     = "zfs"
-	backendLVMThin = "lvm-thin"
+	backendZFS = "zfs"
+	// backendZFSSparse is a ZFS store with sparse set: zvols without a
+	// refreservation, as snapshots and restores are usually served.
+	backendZFSSparse = "zfs-sparse"
+	backendLVMThin   = "lvm-thin"
 )
 
 // stack is one storage node as an operator declares it: a pillar-agent
@@ -71,7 +74,7 @@ type stack struct {
 // store is one PillarStore of a stack and what is needed to look at its
 // backend directly.
 type store struct {
-	kind   string // backendZFS or backendLVMThin
+	kind   string // backendZFS, backendZFSSparse or backendLVMThin
 	name   string // the PillarStore
 	class  string // the generated StorageClass
 	params map[string]string
@@ -90,10 +93,10 @@ func newStack(t testing.TB, l *lab, name string, kinds ...string) *stack {
 		st := &store{kind: k, name: name + "-" + k}
 		ps := &v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: st.name}, Spec: v1alpha1.PillarStoreSpec{AgentName: v1alpha1.ObjectName(name)}}
 		switch k {
-		case backendZFS:
+		case backendZFS, backendZFSSparse:
 			st.pool = fixture.NewZPool(t, fixture.PoolOptions{Size: 1024 * mib})
 			ps.Spec.Type = v1alpha1.BackendZFS
-			ps.Spec.ZFS = &v1alpha1.ZFSStore{Pool: st.pool.Name, ParentDataset: zfsParent}
+			ps.Spec.ZFS = &v1alpha1.ZFSStore{Pool: st.pool.Name, ParentDataset: zfsParent, Sparse: k == backendZFSSparse}
 		case backendLVMThin:
 			st.vg = fixture.NewVG(t, fixture.VGOptions{Size: 1024 * mib, ThinPoolSize: 800 * mib})
 			ps.Spec.Type = v1alpha1.BackendLVM
@@ -201,7 +204,7 @@ func (st *store) backendVolumes(t testing.TB) []string {
 	ctx := context.Background()
 	var ids []string
 	switch st.kind {
-	case backendZFS:
+	case backendZFS, backendZFSSparse:
 		out, err := fixture.Command(ctx, "zfs list", "zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", st.pool.Name)
 		if err != nil {
 			t.Fatal(err)
@@ -238,7 +241,7 @@ func (st *store) backendSize(t testing.TB, id string) int64 {
 	t.Helper()
 	ctx := context.Background()
 	switch st.kind {
-	case backendZFS:
+	case backendZFS, backendZFSSparse:
 		out, err := fixture.Command(ctx, "zfs get volsize", "zfs", "get", "-Hp", "-o", "value", "volsize", st.pool.Name+"/"+zfsParent+"/"+id)
 		if err != nil {
 			t.Fatal(err)

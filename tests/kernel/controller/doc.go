@@ -70,7 +70,11 @@
 // Its benchmarks (`-test.run '^$' -test.bench .`) each measure against a
 // baseline in the same run: CreateVolume + ControllerPublishVolume through
 // the controller against the same agent calls made directly (with the
-// API server's own latency for the controller's record writes); 100
+// API server's own latency for the controller's record writes);
+// CreateSnapshot and CreateVolume from that snapshot through the
+// controller against the raw `zfs snapshot` and `zfs clone` or `lvcreate
+// --snapshot` with the backends' flags, on sparse ZFS and LVM thin, with
+// the controller's record writes per call counted by the API server; 100
 // concurrent CreateVolume calls against 100 one at a time; and the
 // controller's VmRSS and VmHWM with 1,000 PillarVolumeStates against
 // none.

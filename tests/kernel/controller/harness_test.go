@@ -182,6 +182,11 @@ func start(t testing.TB) (*lab, error) {
 		return nil, fmt.Errorf("the host's API server: %w", err)
 	}
 	cfg.WarningHandler = rest.NoWarnings{}
+	// No client-side rate limit, as pillar-controller has none
+	// (ctrl.GetConfig): client-go's default of 5 requests a second would
+	// make every back-to-back request of the tests' wait 200 ms, and
+	// apiLatency measure that limit instead of the API server.
+	cfg.QPS = -1
 	l.adminConfig = cfg
 	if l.admin, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return nil, err

@@ -75,6 +75,9 @@ func TestFilesystemLifecycle(t *testing.T) {
 			s := stage(t, p, v, c, 0)
 			if opts, super := mountOptions(t, s.Staging), superOptions(t, s.Staging); !slices.Contains(super, fsOpt) || !slices.Contains(opts, "nosuid") {
 				t.Errorf("staging mount %v, filesystem options %v; want nosuid and %s", opts, super, fsOpt)
+			} else if slices.Contains(super, "nouuid") != (fs == "xfs") {
+				// A clone beside its source has its source's UUID.
+				t.Errorf("filesystem options %v: want nouuid on xfs alone", super)
 			}
 
 			dev, ok := mountSource(t, s.Staging)

@@ -29,12 +29,14 @@ import (
 // image block. Images that are not in the chart (the lab's pause) are not
 // pushed.
 var chartValues = map[string][]string{
-	"pillar-controller": {"controller", "image"},
-	"csi-provisioner":   {"controller", "provisioner", "image"},
-	"csi-attacher":      {"controller", "attacher", "image"},
-	"csi-resizer":       {"controller", "resizer", "image"},
-	"pillar-agent":      {"agent", "image"},
-	"pillar-node":       {"node", "image"},
+	"pillar-controller":   {"controller", "image"},
+	"csi-provisioner":     {"controller", "provisioner", "image"},
+	"csi-attacher":        {"controller", "attacher", "image"},
+	"csi-resizer":         {"controller", "resizer", "image"},
+	"csi-snapshotter":     {"controller", "snapshotter", "image"},
+	"snapshot-controller": {"snapshots", "controller", "image"},
+	"pillar-agent":        {"agent", "image"},
+	"pillar-node":         {"node", "image"},
 }
 
 // pushOptions are push's flags.

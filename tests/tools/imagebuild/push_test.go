@@ -118,7 +118,10 @@ func TestPushByDigest(t *testing.T) {
 		t.Fatalf("rendering the chart needs bin/helm (make test builds it): %v", err)
 	}
 	out, err := exec.Command(helm, "template", "x", filepath.Join("..", "..", "..", "deploy", "charts", "pillar-csi"),
-		"-f", values, "--kube-version", "1.30.0", "--set", "storageNodes[0].name=s1,storageNodes[0].address=192.0.2.1").CombinedOutput()
+		"-f", values, "--kube-version", "1.30.0", "--set", "storageNodes[0].name=s1,storageNodes[0].address=192.0.2.1",
+		// Every image: the snapshot sidecar and the snapshot controller run
+		// where the cluster serves the snapshot API, and when asked.
+		"--api-versions", "snapshot.storage.k8s.io/v1/VolumeSnapshotClass", "--set", "snapshots.controller.enabled=true").CombinedOutput()
 	if err != nil {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}

@@ -66,7 +66,9 @@ image is pulled by it: what was pushed, whatever the tag says now. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* Secret with the agents' serving certificate, or "" without mTLS. */}}
+{{/* Secret with the serving certificate every agent shares, or "" without
+mTLS and with tls.mode generated, where each storage node has its own
+(pillar-csi.agentNodeTLSSecret). */}}
 {{- define "pillar-csi.agentTLSSecret" -}}
 {{- if eq .Values.tls.mode "certManager" -}}
 {{ include "pillar-csi.fullname" . }}-agent-tls
@@ -75,9 +77,38 @@ image is pulled by it: what was pushed, whatever the tag says now. */}}
 {{- end -}}
 {{- end -}}
 
+{{/* Secret with one storage node's serving certificate under tls.mode
+generated: pass (list $ nodeName). */}}
+{{- define "pillar-csi.agentNodeTLSSecret" -}}
+{{- printf "%s-agent-tls-%s" (include "pillar-csi.fullname" (index . 0)) (index . 1) | trunc 253 | trimSuffix "-" | trimSuffix "." -}}
+{{- end -}}
+
+{{/* The agent DaemonSet of one storage node under tls.mode generated:
+pass (list $ nodeName). Names longer than 63 characters end in a hash of
+the node's name, so that two long node names never give one name. */}}
+{{- define "pillar-csi.agentNodeName" -}}
+{{- $n := printf "%s-%s" (include "pillar-csi.agentName" (index . 0)) (index . 1) -}}
+{{- if le (len $n) 63 -}}
+{{ $n }}
+{{- else -}}
+{{ printf "%s-%s" ($n | trunc 54 | trimSuffix "-" | trimSuffix ".") (sha256sum (index . 1) | trunc 8) }}
+{{- end -}}
+{{- end -}}
+
+{{/* The value of the label pillar-csi.io/storage-node that tells one
+storage node's agent pods from another's: the node's name, or a hash of
+it when it is longer than a label value may be. Pass the node's name. */}}
+{{- define "pillar-csi.storageNodeLabel" -}}
+{{- if le (len .) 63 -}}
+{{ . }}
+{{- else -}}
+{{ printf "h-%s" (sha256sum . | trunc 40) }}
+{{- end -}}
+{{- end -}}
+
 {{/* Secret with the controller's client certificate, or "" without mTLS. */}}
 {{- define "pillar-csi.controllerTLSSecret" -}}
-{{- if eq .Values.tls.mode "certManager" -}}
+{{- if or (eq .Values.tls.mode "certManager") (eq .Values.tls.mode "generated") -}}
 {{ include "pillar-csi.fullname" . }}-controller-client-tls
 {{- else if eq .Values.tls.mode "secret" -}}
 {{ required "tls.secret.controllerSecretName is required when tls.mode is secret" .Values.tls.secret.controllerSecretName }}
@@ -100,5 +131,27 @@ the Roles that let it read Secrets there both come from this.
 {{- join "," .Values.controller.tlsSecretNamespaces -}}
 {{- else if ne .Values.tls.mode "none" -}}
 {{- .Release.Namespace -}}
+{{- end -}}
+{{- end -}}
+
+{{- /*
+pillar-csi.snapshotsServed: "true" when the cluster serves the snapshot
+API (snapshot.storage.k8s.io/v1, the external-snapshotter's CRDs), as
+helm install finds it; helm template knows only what --api-versions says.
+*/ -}}
+{{- define "pillar-csi.snapshotsServed" -}}
+{{- .Capabilities.APIVersions.Has "snapshot.storage.k8s.io/v1/VolumeSnapshotClass" -}}
+{{- end -}}
+
+{{- /*
+pillar-csi.decide: a value that is "auto", true or false, decided: list of
+the root context and the value; "auto" is whether the snapshot API is served.
+*/ -}}
+{{- define "pillar-csi.decide" -}}
+{{- $v := toString (index . 1) -}}
+{{- if eq $v "auto" -}}
+{{- include "pillar-csi.snapshotsServed" (index . 0) -}}
+{{- else -}}
+{{- eq $v "true" -}}
 {{- end -}}
 {{- end -}}

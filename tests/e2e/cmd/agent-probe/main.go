@@ -8,18 +8,25 @@
 //
 // It is the attacker of tests/e2e/pillar's TestAgentRefusesStrangers, run
 // in an ordinary pod (from the repository's bin/, built static so that any
-// image can run it) and on the node. It exits 0 whatever the codes are;
-// 2 on a bad flag.
+// image can run it) and on the node, and of TestGeneratedMutualTLS, which
+// gives it a CA (-ca) and a client certificate (-cert, -key) to speak TLS
+// with. -calls limits the calls to some of the three. It exits 0 whatever
+// the codes are; 2 on a bad flag.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -33,12 +40,26 @@ func main() {
 	pool := flag.String("zfs-pool", "tank", "the ZFS pool CreateVolume asks for")
 	volume := flag.String("volume", "pvc-agent-probe", "the volume ID CreateVolume and DeleteVolume name")
 	timeout := flag.Duration("timeout", 30*time.Second, "deadline of each call")
+	caFile := flag.String("ca", "", "PEM file of the CA the agent's certificate must chain to: speak TLS (plaintext if empty)")
+	certFile := flag.String("cert", "", "PEM file of a client certificate to present, with -key")
+	keyFile := flag.String("key", "", "PEM file of the client certificate's key")
+	serverName := flag.String("server-name", "", "the name the agent's certificate must carry (default: -addr's host)")
+	calls := flag.String("calls", "ListExports,CreateVolume,DeleteVolume", "comma-separated calls to make, in this order")
 	flag.Parse()
 	if *addr == "" {
 		fmt.Fprintln(os.Stderr, "agent-probe: -addr is required")
 		os.Exit(2)
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	creds := insecure.NewCredentials()
+	if *caFile != "" {
+		cfg, err := clientTLS(*caFile, *certFile, *keyFile, *serverName)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "agent-probe:", err)
+			os.Exit(2)
+		}
+		creds = credentials.NewTLS(cfg)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if *token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(agentauth.Bearer(*token)))
 	}
@@ -68,6 +89,9 @@ func main() {
 			return err
 		}},
 	} {
+		if !slices.Contains(strings.Split(*calls, ","), call.name) {
+			continue
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		err := call.do(ctx)
 		cancel()
@@ -76,4 +100,26 @@ func main() {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", call.name, err)
 		}
 	}
+}
+
+// clientTLS is the TLS configuration of the -ca, -cert, -key and
+// -server-name flags.
+func clientTLS(caFile, certFile, keyFile, serverName string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate", caFile)
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots, ServerName: serverName}
+	if certFile != "" || keyFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
 }
