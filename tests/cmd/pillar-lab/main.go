@@ -126,8 +126,12 @@ func main() {
 			"their kubeconfig in $"+kernelvm.KubeconfigEnv+" (tests/kernel/controller needs them)")
 		fs.BoolVar(&o.clusterControlPlane, "cluster-control-plane", false, "run the lab cluster's control plane (etcd, kube-apiserver, controller manager, scheduler) from the workspace's bin/ "+
 			"on the host, natively, and give the guest's cluster harness its directory in $"+cluster.ControlPlaneEnv+" (one-guest runs of tests/e2e)")
-		fs.Parse(args)
-		code = test(ctx, &o, fs.Args(), run)
+		// The test binary's arguments are split off before the flags are
+		// parsed: the flag package drops a "--" that comes before any
+		// package pattern, which would make them patterns.
+		own, testArgs := splitTestArgs(args)
+		fs.Parse(own)
+		code = test(ctx, &o, fs.Args(), testArgs, run)
 	case "-h", "-help", "--help", "help":
 		usage()
 	default:
@@ -208,14 +212,19 @@ func termSize() (rows, cols int) {
 	return int(ws.Row), int(ws.Col)
 }
 
-func test(ctx context.Context, o *options, args []string, runRE string) int {
-	patterns, testArgs := args, []string(nil)
+// splitTestArgs splits pillar-lab test's arguments at the first "--":
+// pillar-lab's flags and package patterns before it, the test binary's
+// arguments after it.
+func splitTestArgs(args []string) (own, testArgs []string) {
 	for i, a := range args {
 		if a == "--" {
-			patterns, testArgs = args[:i], args[i+1:]
-			break
+			return args[:i], args[i+1:]
 		}
 	}
+	return args, nil
+}
+
+func test(ctx context.Context, o *options, patterns, testArgs []string, runRE string) int {
 	if runRE != "" {
 		testArgs = append([]string{"-test.run=" + runRE}, testArgs...)
 	}
