@@ -57,6 +57,15 @@
 // listing costs as much as the create; the LVM backend lists on every
 // thin create.
 //
+// Admission decisions are made one at a time per store, but the commands
+// they admit (zfs create and clone, zfs set volsize, lvcreate, lvextend)
+// run side by side: a burst of creates takes about as long as the pool
+// takes for them, not their sum. Until such a command ends, its bytes are
+// reserved and count against every later decision, whether or not a
+// listing shows them yet. A command that exited with an error gives its
+// bytes back; one that was killed or did not return keeps them until the
+// next listing.
+//
 // Allowed dependencies: the Go standard library and golang.org/x/sys. No
 // Kubernetes and no gRPC: callers map backend errors to their own protocol.
 package backends

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 )
 
@@ -27,10 +27,13 @@ type Backend struct {
 	// checkNode reports whether a path is the block device major:minor.
 	checkNode func(path string, major, minor int64) error
 
-	// admit serialises the admission check and the change of thin creates
-	// and expansions, so that two of them cannot both fit into the same
-	// available space. Linear LVs are admitted by LVM itself.
-	admit sync.Mutex
+	// admit serialises the admission decisions of thin creates,
+	// expansions, snapshots and clones, so that two of them cannot both
+	// fit into the same available space; their lvcreate and lvextend run
+	// side by side (LVM's volume group lock serialises only the metadata
+	// update), their bytes reserved until they end. Linear LVs are
+	// admitted by LVM itself.
+	admit admit.Lock
 }
 
 var _ backends.Backend = (*Backend)(nil)
@@ -78,6 +81,7 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	name := LVName(b.vg, id)
 	var args []string
 	var size int64
+	var err error
 	if b.thinPool == "" {
 		out, err := b.report(ctx, "vgs", vgFields, b.vg)
 		if err != nil {
@@ -95,31 +99,41 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 		args = []string{"--yes", "--wipesignatures", "y", "--zero", "y", "--activate", "y", "--setactivationskip", "n",
 			"--name", name, "--addtag", TagPrefix + id, "--addtag", zeroTag(0), "--size", sizeArg(size), b.vg}
 	} else {
-		b.admit.Lock()
-		defer b.admit.Unlock()
-		lvs, pool, err := b.listPool(ctx)
+		var retried *lv
+		var res *admit.Reservation
+		res, err = b.admit.Reserve(func(reserved int64) (int64, error) {
+			lvs, pool, err := b.listPool(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if err := b.zeroing(pool); err != nil {
+				return 0, err
+			}
+			if size, err = backends.RoundUp(sizeBytes, pool.extentSize); err != nil {
+				return 0, err
+			}
+			// The listing shows a retried Create's volume: no admission
+			// for it.
+			if retried = find(lvs, name); retried != nil {
+				return 0, admit.ErrMade
+			}
+			if avail := b.thinAvailable(lvs, pool) - reserved; size > avail {
+				return 0, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available in thin pool %s under overcommit ratio %g", size, avail, b.store, b.ratio)
+			}
+			return size, nil
+		})
+		if err == admit.ErrMade {
+			return b.same(id, retried, size)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if err := b.zeroing(pool); err != nil {
-			return nil, err
-		}
-		if size, err = backends.RoundUp(sizeBytes, pool.extentSize); err != nil {
-			return nil, err
-		}
-		// The listing shows a retried Create's volume: no admission for it.
-		for i := range lvs {
-			if lvs[i].name == name {
-				return b.same(id, &lvs[i], size)
-			}
-		}
-		if avail := b.thinAvailable(lvs, pool); size > avail {
-			return nil, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available in thin pool %s under overcommit ratio %g", size, avail, b.store, b.ratio)
-		}
+		err = admit.ErrPanicked
+		defer func() { res.End(err, nil) }()
 		args = []string{"--yes", "--activate", "y", "--setactivationskip", "n", "--type", "thin",
 			"--name", name, "--addtag", TagPrefix + id, "--virtualsize", sizeArg(size), "--thinpool", b.thinPool, b.vg}
 	}
-	_, err := b.lvm(ctx, "lvcreate", args...)
+	_, err = b.lvm(ctx, "lvcreate", args...)
 	switch {
 	case err == nil:
 		// lvcreate --activate y made the node (LVMConfig: udev_rules=0).
@@ -353,15 +367,24 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 		return b.volume(id, l), nil
 	}
 	if l.thinVolume() {
-		b.admit.Lock()
-		defer b.admit.Unlock()
-		lvs, pool, err := b.listPool(ctx)
+		grow := size - l.size
+		var res *admit.Reservation
+		res, err = b.admit.Reserve(func(reserved int64) (int64, error) {
+			lvs, pool, err := b.listPool(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if avail := b.thinAvailable(lvs, pool) - reserved; grow > avail {
+				return 0, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available in thin pool %s under overcommit ratio %g", grow, avail, b.store, b.ratio)
+			}
+			return grow, nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		if grow, avail := size-l.size, b.thinAvailable(lvs, pool); grow > avail {
-			return nil, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available in thin pool %s under overcommit ratio %g", grow, avail, b.store, b.ratio)
-		}
+		// Ended when lvextend has: its new size is in every listing after.
+		defer func() { res.End(err, nil) }()
+		err = admit.ErrPanicked
 	}
 	if !l.thinVolume() {
 		// The extents lvextend adds held whatever a deleted LV wrote:

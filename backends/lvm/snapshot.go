@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 )
 
@@ -54,26 +55,35 @@ func (b *Backend) createSnapshot(ctx context.Context, id, sourceID string) (*bac
 		return nil, err
 	}
 	name := LVName(b.vg, id)
-	b.admit.Lock()
-	defer b.admit.Unlock()
-	lvs, pool, err := b.listPool(ctx)
+	var src *lv
+	res, err := b.admit.Reserve(func(reserved int64) (int64, error) {
+		lvs, pool, err := b.listPool(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if find(lvs, name) != nil {
+			return 0, admit.ErrMade
+		}
+		if src = find(lvs, LVName(b.vg, sourceID)); src == nil {
+			return 0, errs.New(backends.ErrNotFound, nil, "volume %s does not exist", sourceID)
+		}
+		if err := b.owned(sourceID, src); err != nil {
+			return 0, err
+		}
+		// A thin snapshot is promised the source's size like any thin LV.
+		if avail := b.thinAvailable(lvs, pool) - reserved; src.size > avail {
+			return 0, errs.New(backends.ErrNoSpace, nil, "a snapshot of %d bytes, %d available in thin pool %s under overcommit ratio %g", src.size, avail, b.store, b.ratio)
+		}
+		return src.size, nil
+	})
+	if err == admit.ErrMade {
+		return b.madeSnapshot(ctx, id, sourceID)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if find(lvs, name) != nil {
-		return b.madeSnapshot(ctx, id, sourceID)
-	}
-	src := find(lvs, LVName(b.vg, sourceID))
-	if src == nil {
-		return nil, errs.New(backends.ErrNotFound, nil, "volume %s does not exist", sourceID)
-	}
-	if err := b.owned(sourceID, src); err != nil {
-		return nil, err
-	}
-	// A thin snapshot is promised the source's size like any thin LV.
-	if avail := b.thinAvailable(lvs, pool); src.size > avail {
-		return nil, errs.New(backends.ErrNoSpace, nil, "a snapshot of %d bytes, %d available in thin pool %s under overcommit ratio %g", src.size, avail, b.store, b.ratio)
-	}
+	err = admit.ErrPanicked
+	defer func() { res.End(err, nil) }()
 	_, err = b.lvm(ctx, "lvcreate", "--yes", "--snapshot", "--setactivationskip", "y", "--name", name,
 		"--addtag", SnapshotTagPrefix+id, "--addtag", SourceTagPrefix+sourceID, b.vg+"/"+src.name)
 	if err != nil && !errs.StderrContains(err, "already exists in volume group") {
@@ -262,36 +272,45 @@ func (b *Backend) createFrom(ctx context.Context, id string, sizeBytes int64, or
 // picks, at the origin's size, and returns it.
 func (b *Backend) cloneLV(ctx context.Context, id string, sizeBytes int64, origin func([]lv) (*lv, error)) (*backends.Volume, error) {
 	name := LVName(b.vg, id)
-	b.admit.Lock()
-	defer b.admit.Unlock()
-	lvs, pool, err := b.listPool(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if l := find(lvs, name); l != nil {
+	var o, retried *lv
+	res, err := b.admit.Reserve(func(reserved int64) (int64, error) {
+		lvs, pool, err := b.listPool(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if retried = find(lvs, name); retried != nil {
+			return 0, admit.ErrMade
+		}
+		if err := b.zeroing(pool); err != nil {
+			return 0, err
+		}
+		if o, err = origin(lvs); err != nil {
+			return 0, err
+		}
+		want, err := backends.RoundUp(sizeBytes, pool.extentSize)
+		if err != nil {
+			return 0, err
+		}
+		if want < o.size {
+			return 0, errs.New(backends.ErrShrink, nil, "%d bytes requested, the source has %d", want, o.size)
+		}
+		if avail := b.thinAvailable(lvs, pool) - reserved; o.size > avail {
+			return 0, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available in thin pool %s under overcommit ratio %g", o.size, avail, b.store, b.ratio)
+		}
+		return o.size, nil
+	})
+	if err == admit.ErrMade {
 		// A retried call: the volume is there, perhaps not yet grown.
-		if err := b.owned(id, l); err != nil {
+		if err := b.owned(id, retried); err != nil {
 			return nil, err
 		}
-		return b.volume(id, l), b.dropCopiedTags(ctx, l, TagPrefix+id)
+		return b.volume(id, retried), b.dropCopiedTags(ctx, retried, TagPrefix+id)
 	}
-	if err := b.zeroing(pool); err != nil {
-		return nil, err
-	}
-	o, err := origin(lvs)
 	if err != nil {
 		return nil, err
 	}
-	want, err := backends.RoundUp(sizeBytes, pool.extentSize)
-	if err != nil {
-		return nil, err
-	}
-	if want < o.size {
-		return nil, errs.New(backends.ErrShrink, nil, "%d bytes requested, the source has %d", want, o.size)
-	}
-	if avail := b.thinAvailable(lvs, pool); o.size > avail {
-		return nil, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available in thin pool %s under overcommit ratio %g", o.size, avail, b.store, b.ratio)
-	}
+	err = admit.ErrPanicked
+	defer func() { res.End(err, nil) }()
 	_, err = b.lvm(ctx, "lvcreate", "--yes", "--snapshot", "--setactivationskip", "n", "--activate", "y", "--name", name,
 		"--addtag", TagPrefix+id, b.vg+"/"+o.name)
 	if err != nil && !errs.StderrContains(err, "already exists in volume group") {

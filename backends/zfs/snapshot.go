@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
+	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 )
 
@@ -378,20 +379,20 @@ func (b *Backend) cloneAdmitted(ctx context.Context, size int64, args []string) 
 		_, err := b.zfs(ctx, args...)
 		return err
 	}
-	b.admit.Lock()
-	defer b.admit.Unlock()
-	avail, err := b.available(ctx, size)
+	res, err := b.admit.Reserve(func(reserved int64) (int64, error) {
+		avail, err := b.available(ctx, size, reserved)
+		if err == nil && size > avail {
+			err = errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available under overcommit ratio %g", size, avail, b.ratio)
+		}
+		return size, err
+	})
 	if err != nil {
 		return err
 	}
-	if size > avail {
-		return errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available under overcommit ratio %g", size, avail, b.ratio)
-	}
-	if _, err := b.zfs(ctx, args...); err != nil {
-		return err
-	}
-	b.figure.take(size)
-	return nil
+	err = admit.ErrPanicked
+	defer func() { res.End(err, b.figure.take) }()
+	_, err = b.zfs(ctx, args...)
+	return err
 }
 
 // grown returns the zvol z of volume id grown to at least sizeBytes.

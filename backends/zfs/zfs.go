@@ -9,12 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 )
 
@@ -36,10 +36,11 @@ type Backend struct {
 	// zvols finds the /dev/zdN node of each zvol.
 	zvols *zvolIndex
 
-	// admit serialises the admission check and the change of sparse
-	// creates and expansions, so that two of them cannot both fit into the
-	// same available space. Thick volumes are admitted by ZFS itself.
-	admit sync.Mutex
+	// admit serialises the admission decisions of sparse creates,
+	// expansions and clones, so that two of them cannot both fit into the
+	// same available space; their commands run side by side, their bytes
+	// reserved until they end. Thick volumes are admitted by ZFS itself.
+	admit admit.Lock
 	// figure is what sparse creates and expansions are admitted against
 	// between capacity listings; guarded by admit.
 	figure admission
@@ -92,21 +93,31 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	if err != nil {
 		return nil, err
 	}
+	var res *admit.Reservation
 	if b.sparse {
-		b.admit.Lock()
-		defer b.admit.Unlock()
-		avail, err := b.available(ctx, size)
+		var retried *backends.Volume
+		res, err = b.admit.Reserve(func(reserved int64) (int64, error) {
+			avail, err := b.available(ctx, size, reserved)
+			if err != nil || size <= avail {
+				return size, err
+			}
+			// A retried Create of a volume that exists already is
+			// promised within the figure it is being compared to.
+			if retried, err = b.existing(ctx, id, size); err == nil {
+				return 0, admit.ErrMade
+			} else if !backends.IsNotFound(err) {
+				return 0, err
+			}
+			return 0, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available under overcommit ratio %g", size, avail, b.ratio)
+		})
+		if err == admit.ErrMade {
+			return retried, nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		if size > avail {
-			// A retried Create of a volume that exists already is
-			// promised within the figure it is being compared to.
-			if v, err := b.existing(ctx, id, size); err == nil || !backends.IsNotFound(err) {
-				return v, err
-			}
-			return nil, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available under overcommit ratio %g", size, avail, b.ratio)
-		}
+		err = admit.ErrPanicked
+		defer func() { res.End(err, b.figure.take) }()
 	}
 	args := []string{"create"}
 	if b.sparse {
@@ -125,9 +136,6 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	}
 	switch {
 	case err == nil:
-		if b.sparse {
-			b.figure.take(size)
-		}
 		return &backends.Volume{ID: id, Name: name, SizeBytes: size, Thin: b.sparse}, nil
 	case errs.StderrContains(err, "dataset already exists"):
 		v, err := b.existing(ctx, id, size)
@@ -334,21 +342,22 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 	v := z.volume()
 	grow := size - z.volSize
 	if v.Thin {
-		b.admit.Lock()
-		defer b.admit.Unlock()
-		avail, err := b.available(ctx, grow)
+		var res *admit.Reservation
+		res, err = b.admit.Reserve(func(reserved int64) (int64, error) {
+			avail, err := b.available(ctx, grow, reserved)
+			if err == nil && grow > avail {
+				err = errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available under overcommit ratio %g", grow, avail, b.ratio)
+			}
+			return grow, err
+		})
 		if err != nil {
 			return nil, err
 		}
-		if grow > avail {
-			return nil, errs.New(backends.ErrNoSpace, nil, "growing by %d bytes, %d available under overcommit ratio %g", grow, avail, b.ratio)
-		}
+		err = admit.ErrPanicked
+		defer func() { res.End(err, b.figure.take) }()
 	}
-	if _, err := b.zfs(ctx, "set", "volsize="+strconv.FormatInt(size, 10), z.name); err != nil {
+	if _, err = b.zfs(ctx, "set", "volsize="+strconv.FormatInt(size, 10), z.name); err != nil {
 		return nil, classify(err)
-	}
-	if v.Thin {
-		b.figure.take(grow)
 	}
 	v.SizeBytes = size
 	return v, nil
@@ -416,11 +425,13 @@ func (b *Backend) Capacity(ctx context.Context) (*backends.Capacity, error) {
 }
 
 // available returns the bytes that may still be promised to sparse zvols
-// for a request of need bytes: the admission figure when it admits need,
-// else a fresh listing's (see AdmissionMaxAge). The caller holds b.admit.
-func (b *Backend) available(ctx context.Context, need int64) (int64, error) {
-	if b.figure.admits(need) {
-		return b.figure.available, nil
+// for a request of need bytes while reserved bytes are admitted to
+// commands still running: the admission figure when it admits need, else
+// a fresh listing's (see AdmissionMaxAge), less reserved. The caller
+// decides under b.admit.
+func (b *Backend) available(ctx context.Context, need, reserved int64) (int64, error) {
+	if b.figure.admits(need + reserved) {
+		return b.figure.available - reserved, nil
 	}
 	c, err := b.capacity(ctx)
 	if err != nil {
@@ -428,7 +439,7 @@ func (b *Backend) available(ctx context.Context, need int64) (int64, error) {
 		return 0, err
 	}
 	b.figure.record(c.AvailableBytes)
-	return c.AvailableBytes, nil
+	return c.AvailableBytes - reserved, nil
 }
 
 // capacity lists every filesystem and volume of the pool: the parent

@@ -11,6 +11,7 @@ package commandtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -198,8 +199,7 @@ func (r *Runner) RunInput(ctx context.Context, input []byte, name string, args .
 		return nil, &command.Error{Cmd: argv, ExitCode: -1, Err: err}
 	}
 	if s.ExitCode != 0 {
-		return []byte(s.Stdout), &command.Error{Cmd: argv, ExitCode: s.ExitCode, Stderr: s.Stderr,
-			Err: fmt.Errorf("exit status %d", s.ExitCode)}
+		return []byte(s.Stdout), Exited(argv, s.ExitCode, s.Stderr)
 	}
 	return []byte(s.Stdout), nil
 }
@@ -209,4 +209,31 @@ func (r *Runner) Calls() [][]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.calls)
+}
+
+// Func is a runner that answers every command with itself: for tests whose
+// commands run side by side, in no fixed order. argv is the name and the
+// arguments.
+type Func func(ctx context.Context, argv []string) ([]byte, error)
+
+// Run implements command.Runner.
+func (f Func) Run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return f(ctx, append([]string{name}, args...))
+}
+
+// RunInput implements command.InputRunner; the input is not looked at.
+func (f Func) RunInput(ctx context.Context, _ []byte, name string, args ...string) ([]byte, error) {
+	return f(ctx, append([]string{name}, args...))
+}
+
+// Exited is the error of a command argv that exited with status code and
+// wrote stderr, as command.Exec returns it.
+func Exited(argv []string, code int, stderr string) error {
+	return &command.Error{Cmd: argv, ExitCode: code, Stderr: stderr, Err: fmt.Errorf("exit status %d", code)}
+}
+
+// Killed is the error of a command argv that was killed before it exited
+// (its context ended), as command.Exec returns it.
+func Killed(argv []string) error {
+	return &command.Error{Cmd: argv, ExitCode: -1, Err: errors.Join(errors.New("signal: killed"), context.Canceled)}
 }
