@@ -7,34 +7,49 @@ import (
 	"github.com/pillar-csi/pillar-csi/backends"
 )
 
-// DefaultStoreConcurrency is how many backend calls run at once per store
-// when Config.StoreConcurrency is zero. LVM serializes commands on its
-// volume-group lock and ZFS on its pool's transaction groups, so more
-// processes in parallel only wait for each other; but each of them holds
-// a timeout (Config.CommandTimeout) and output pipes, and a hundred of
-// them on a small node starve each other past those limits.
+// DefaultStoreConcurrency is how many backend calls of each kind (changes,
+// look-ups) run at once per store when Config.StoreConcurrency is zero.
+// LVM serializes metadata updates on its volume-group lock and ZFS its
+// changes on the pool's transaction groups, so more processes in parallel
+// mostly wait for each other; but each of them holds a timeout
+// (Config.CommandTimeout) and output pipes, and a hundred of them on a
+// small node starve each other past those limits.
 const DefaultStoreConcurrency = 4
 
 // limited is a backend whose calls wait for one of a fixed number of
-// slots. Waiting honours the caller's context, also inside an admitted act
-// that no longer follows it (waitContext), so a caller whose deadline
-// passes in the queue gets DEADLINE_EXCEEDED without running anything;
-// the command, once it has its slot, runs under the context it was given.
+// slots: changes (create, delete, expand, snapshots and clones) for one of
+// n change slots, look-ups (get, list, capacity, device path, snapshot
+// reads) for one of n look-up slots of their own, so that a look-up, such
+// as the device path of a volume just created or an export's check, never
+// queues behind a burst of creates waiting for theirs. Waiting honours
+// the caller's context, also inside an admitted act that no longer follows
+// it (waitContext), so a caller whose deadline passes in the queue gets
+// DEADLINE_EXCEEDED without running anything; the command, once it has its
+// slot, runs under the context it was given.
 type limited struct {
-	b     backends.Backend
-	slots chan struct{}
+	b                backends.Backend
+	changes, lookups chan struct{}
 }
 
 func limit(b backends.Backend, n int) *limited {
-	return &limited{b: b, slots: make(chan struct{}, n)}
+	return &limited{b: b, changes: make(chan struct{}, n), lookups: make(chan struct{}, n)}
 }
 
-func (l *limited) acquire(ctx context.Context, op string) (func(), error) {
+// change and lookup wait for a slot of their kind and return its release.
+func (l *limited) change(ctx context.Context, op string) (func(), error) {
+	return acquire(ctx, l.changes, op)
+}
+
+func (l *limited) lookup(ctx context.Context, op string) (func(), error) {
+	return acquire(ctx, l.lookups, op)
+}
+
+func acquire(ctx context.Context, slots chan struct{}, op string) (func(), error) {
 	wait := waitContext(ctx)
 	if wait.Err() == nil { // a caller gone already starts nothing, though a slot is free
 		select {
-		case l.slots <- struct{}{}:
-			return func() { <-l.slots }, nil
+		case slots <- struct{}{}:
+			return func() { <-slots }, nil
 		case <-wait.Done():
 		}
 	}
@@ -42,7 +57,7 @@ func (l *limited) acquire(ctx context.Context, op string) (func(), error) {
 }
 
 func (l *limited) Create(ctx context.Context, id string, size int64) (*backends.Volume, error) {
-	release, err := l.acquire(ctx, "create")
+	release, err := l.change(ctx, "create")
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +66,7 @@ func (l *limited) Create(ctx context.Context, id string, size int64) (*backends.
 }
 
 func (l *limited) Delete(ctx context.Context, id string) error {
-	release, err := l.acquire(ctx, "delete")
+	release, err := l.change(ctx, "delete")
 	if err != nil {
 		return err
 	}
@@ -60,7 +75,7 @@ func (l *limited) Delete(ctx context.Context, id string) error {
 }
 
 func (l *limited) Expand(ctx context.Context, id string, size int64) (*backends.Volume, error) {
-	release, err := l.acquire(ctx, "expand")
+	release, err := l.change(ctx, "expand")
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +84,7 @@ func (l *limited) Expand(ctx context.Context, id string, size int64) (*backends.
 }
 
 func (l *limited) Get(ctx context.Context, id string) (*backends.Volume, error) {
-	release, err := l.acquire(ctx, "get")
+	release, err := l.lookup(ctx, "get")
 	if err != nil {
 		return nil, err
 	}
@@ -78,7 +93,7 @@ func (l *limited) Get(ctx context.Context, id string) (*backends.Volume, error) 
 }
 
 func (l *limited) List(ctx context.Context) ([]backends.Volume, error) {
-	release, err := l.acquire(ctx, "list")
+	release, err := l.lookup(ctx, "list")
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +102,7 @@ func (l *limited) List(ctx context.Context) ([]backends.Volume, error) {
 }
 
 func (l *limited) Capacity(ctx context.Context) (*backends.Capacity, error) {
-	release, err := l.acquire(ctx, "capacity")
+	release, err := l.lookup(ctx, "capacity")
 	if err != nil {
 		return nil, err
 	}
@@ -96,7 +111,7 @@ func (l *limited) Capacity(ctx context.Context) (*backends.Capacity, error) {
 }
 
 func (l *limited) DevicePath(ctx context.Context, id string) (string, error) {
-	release, err := l.acquire(ctx, "device path")
+	release, err := l.lookup(ctx, "device path")
 	if err != nil {
 		return "", err
 	}
@@ -122,7 +137,7 @@ type limitedSnapshots struct {
 func (s limitedSnapshots) CanSnapshot() error { return s.sn.CanSnapshot() }
 
 func (s limitedSnapshots) CreateSnapshot(ctx context.Context, id, sourceID string) (*backends.Snapshot, error) {
-	release, err := s.l.acquire(ctx, "create snapshot")
+	release, err := s.l.change(ctx, "create snapshot")
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +146,7 @@ func (s limitedSnapshots) CreateSnapshot(ctx context.Context, id, sourceID strin
 }
 
 func (s limitedSnapshots) DeleteSnapshot(ctx context.Context, id, sourceID string) error {
-	release, err := s.l.acquire(ctx, "delete snapshot")
+	release, err := s.l.change(ctx, "delete snapshot")
 	if err != nil {
 		return err
 	}
@@ -140,7 +155,7 @@ func (s limitedSnapshots) DeleteSnapshot(ctx context.Context, id, sourceID strin
 }
 
 func (s limitedSnapshots) GetSnapshot(ctx context.Context, id, sourceID string) (*backends.Snapshot, error) {
-	release, err := s.l.acquire(ctx, "get snapshot")
+	release, err := s.l.lookup(ctx, "get snapshot")
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +164,7 @@ func (s limitedSnapshots) GetSnapshot(ctx context.Context, id, sourceID string) 
 }
 
 func (s limitedSnapshots) ListSnapshots(ctx context.Context) ([]backends.Snapshot, error) {
-	release, err := s.l.acquire(ctx, "list snapshots")
+	release, err := s.l.lookup(ctx, "list snapshots")
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +173,7 @@ func (s limitedSnapshots) ListSnapshots(ctx context.Context) ([]backends.Snapsho
 }
 
 func (s limitedSnapshots) CreateFromSnapshot(ctx context.Context, id, snapshotID, sourceID string, size int64) (*backends.Volume, error) {
-	release, err := s.l.acquire(ctx, "create from snapshot")
+	release, err := s.l.change(ctx, "create from snapshot")
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +182,7 @@ func (s limitedSnapshots) CreateFromSnapshot(ctx context.Context, id, snapshotID
 }
 
 func (s limitedSnapshots) CreateFromVolume(ctx context.Context, id, sourceID string, size int64) (*backends.Volume, error) {
-	release, err := s.l.acquire(ctx, "create from volume")
+	release, err := s.l.change(ctx, "create from volume")
 	if err != nil {
 		return nil, err
 	}

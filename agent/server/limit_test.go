@@ -20,7 +20,7 @@ func TestStoreSlots(t *testing.T) {
 	<-entered
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err := l.Get(ctx, "pvc-b")
+	err := l.Delete(ctx, "pvc-b")
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a call waiting for the only slot = %v, want the deadline", err)
 	}
@@ -36,5 +36,35 @@ func TestStoreSlots(t *testing.T) {
 	}
 	if _, err := l.Get(context.Background(), "pvc-a"); err != nil {
 		t.Errorf("after the slot was freed: %v", err)
+	}
+}
+
+// TestStoreLookupsPassQueuedChanges: with every change slot taken and more
+// changes queued, a look-up (a device path, a listing, a capacity) runs at
+// once: a create's own device look-up and an export's never wait behind
+// a burst of creates.
+func TestStoreLookupsPassQueuedChanges(t *testing.T) {
+	be := newFakeBackend(t.TempDir())
+	block, entered := make(chan struct{}), make(chan struct{}, 1)
+	be.blockCh, be.enteredCh = block, entered
+	l := limit(be, 1)
+	done := make(chan error, 2)
+	go func() { _, err := l.Create(context.Background(), "pvc-a", 4096); done <- err }()
+	<-entered
+	// A second create waits for the only change slot.
+	go func() { _, err := l.Create(context.Background(), "pvc-b", 4096); done <- err }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // a guard, not a measure
+	defer cancel()
+	if _, err := l.List(ctx); err != nil {
+		t.Fatalf("a listing behind queued creates: %v", err)
+	}
+	if _, err := l.Capacity(ctx); err != nil {
+		t.Fatalf("a capacity behind queued creates: %v", err)
+	}
+	close(block)
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -76,9 +76,9 @@ type Config struct {
 	// LVMRejectDevices are the device-path regular expressions LVM must
 	// never scan on this node (lvm.Config.RejectDevices).
 	LVMRejectDevices []string
-	// StoreConcurrency is how many backend calls run at once per store;
-	// DefaultStoreConcurrency if zero. Further calls wait, within their
-	// deadline.
+	// StoreConcurrency is how many backend calls of each kind (changes,
+	// look-ups) run at once per store; DefaultStoreConcurrency if zero.
+	// Further calls wait, within their deadline.
 	StoreConcurrency int
 }
 

@@ -512,7 +512,9 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.deviceTimeout)
 	defer cancel()
-	for {
+	// The kernel makes a new zvol's node within milliseconds: look again
+	// after 5 ms, then twice as long each time, up to 100 ms.
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
 		dev, ok, err := b.zvols.device(z.name)
 		if err != nil {
 			return "", err
@@ -523,7 +525,7 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 		select {
 		case <-ctx.Done():
 			return "", fmt.Errorf("waiting for the device node of %s: %w", z.name, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(wait):
 		}
 	}
 }
