@@ -77,7 +77,11 @@
 // record names, and only where there is none.
 //
 // An equal generation is accepted (rules 8 and 14), so a retried request is
-// idempotent; it writes nothing. Generations are compared only within one
+// idempotent; it writes nothing. It also lets one caller present one token
+// to several calls of one operation (pillar-controller's CreateVolume, to
+// the create and the export): a token is safe as long as it is never
+// handed to two callers, and a newer token admitted in between refuses the
+// rest. Generations are compared only within one
 // lifecycle: a new lifecycle may start at any generation up to
 // MaxGenerationStep (rule 16). Rule 14
 // lets a controller retry a DeleteVolume whose storage deletion failed after

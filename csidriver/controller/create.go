@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"net/netip"
+	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -189,9 +190,15 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 	return v, nil
 }
 
-// provision runs the steps the record does not show as done yet. unspent
-// says that v was just created by this call (record), so its generation is
-// the first agent call's token.
+// provision runs the steps the record does not show as done yet, under one
+// token: the record's first generation when unspent says that v was just
+// created by this call (record), else one issued now. One token for the
+// create and the export is as safe as one for each (docs/architecture.md,
+// "One token per CSI call"): no other call and no retry is ever handed it,
+// and the agent refuses it once any later one was admitted. The record is
+// written once, when both steps are done; an export that fails after the
+// create records the create alone, so that a retry does not need a source
+// that may be gone by then.
 func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, r *csi.CapacityRange, unspent bool) (*v1alpha1.PillarVolumeState, error) {
 	if v.Spec.Export == nil {
 		return nil, errorf(codes.FailedPrecondition, v.Name, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as %s", recoveryDoc)
@@ -200,16 +207,17 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 	if err != nil {
 		return nil, err
 	}
+	tok := tokenOf(v)
+	if !unspent && !(v.Status.BackendCreated && v.Status.Exported) {
+		if tok, err = s.issue(ctx, v); err != nil {
+			return nil, err
+		}
+	}
+	created := false
 	if !v.Status.BackendCreated {
 		var cs *agentv1.ContentSource
 		if v.Spec.DataSource != nil {
 			if cs, err = s.contentSource(ctx, v, conn.Agent); err != nil {
-				return nil, err
-			}
-		}
-		tok := tokenOf(v)
-		if !unspent {
-			if tok, err = s.issue(ctx, v); err != nil {
 				return nil, err
 			}
 		}
@@ -219,9 +227,7 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 			return nil, s.agentError(v, "CreateVolume", err)
 		}
 		v.Status.BackendCreated, v.Status.CapacityBytes = true, resp.GetVolume().GetCapacityBytes()
-		if err := s.writeStatus(ctx, v, v1alpha1.ReasonBackendCreated, "the backend volume exists"); err != nil {
-			return nil, err
-		}
+		created = true
 		s.storeChanged(v.Spec.StoreName)
 	}
 	if !fits(v.Status.CapacityBytes, r) {
@@ -232,27 +238,42 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 		return nil, errorf(codes.OutOfRange, v.Name, "the backend rounds the size to %d bytes, outside the requested range %d..%d; the volume was rolled back",
 			v.Status.CapacityBytes, r.GetRequiredBytes(), r.GetLimitBytes())
 	}
-	if !v.Status.Exported {
-		tok, err := s.issue(ctx, v)
-		if err != nil {
-			return nil, err
-		}
-		e := v.Spec.Export
-		_, err = conn.Agent.ExportVolume(ctx, &agentv1.ExportVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store,
-			SubsystemNqn: subsystemNQN(v),
-			Transport:    &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}})
-		if err != nil {
-			return nil, s.agentError(v, "ExportVolume", err)
-		}
-		v.Status.Exported = true
-		if err := s.writeStatus(ctx, v, v1alpha1.ReasonExported, "provisioned and exported"); err != nil {
-			return nil, err
-		}
-		s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonProvisioned, "%d bytes in store %s, exported as %s on %s:%d (host ACLs %v)",
-			v.Status.CapacityBytes, v.Spec.StoreName, subsystemNQN(v), e.BindAddress, e.Port, *e.ACLEnabled)
+	if v.Status.Exported {
+		return v, nil
 	}
+	e := v.Spec.Export
+	_, err = conn.Agent.ExportVolume(ctx, &agentv1.ExportVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store,
+		SubsystemNqn: subsystemNQN(v),
+		Transport:    &agentv1.ExportVolumeRequest_NvmeofTcp{NvmeofTcp: &agentv1.NvmeofTcpExport{BindAddress: string(e.BindAddress), Port: uint32(e.Port), AclEnabled: *e.ACLEnabled}}})
+	if err != nil {
+		err = s.agentError(v, "ExportVolume", err)
+		if created {
+			s.recordCreatedAlone(v)
+		}
+		return nil, err
+	}
+	v.Status.Exported = true
+	if err := s.writeStatus(ctx, v, v1alpha1.ReasonExported, "provisioned and exported"); err != nil {
+		return nil, err
+	}
+	s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonProvisioned, "%d bytes in store %s, exported as %s on %s:%d (host ACLs %v)",
+		v.Status.CapacityBytes, v.Spec.StoreName, subsystemNQN(v), e.BindAddress, e.Port, *e.ACLEnabled)
 	return v, nil
 }
+
+// recordCreatedAlone records a backend volume whose export failed, with a
+// deadline of its own: the call's may be what ended the export. Failing
+// to record it costs only a retry that repeats the (idempotent) create.
+func (s *Service) recordCreatedAlone(v *v1alpha1.PillarVolumeState) {
+	ctx, cancel := context.WithTimeout(context.Background(), recordCreatedTimeout)
+	defer cancel()
+	if err := s.writeStatus(ctx, v, v1alpha1.ReasonBackendCreated, "the backend volume exists; its export failed"); err != nil {
+		s.log.Info("recording the backend volume of a failed export", "volume_id", v.Name, "error", err)
+	}
+}
+
+// recordCreatedTimeout bounds recordCreatedAlone's write.
+const recordCreatedTimeout = 10 * time.Second
 
 // rollBack deletes the record of a volume whose creation cannot succeed,
 // through the same teardown as DeleteVolume.

@@ -5,9 +5,10 @@
 //
 // CreateVolume writes the PillarVolumeState (name = volume ID, a finalizer,
 // store, protocol, capacity, and the export spec copied from the
-// PillarProtocol) before it asks an agent for anything; each step the
-// agent confirms (backend volume created, export made) is then recorded in
-// status. A retry after a crash at any point reads the record and runs only
+// PillarProtocol) before it asks an agent for anything; once the agent
+// confirmed the backend volume and its export, both are recorded in status
+// with one write (an export that fails after the create records the create
+// alone). A retry after a crash at any point reads the record and runs only
 // what it does not show as done; every agent call is idempotent.
 // DeleteVolume marks the record deleted, removes the export, has the agent
 // delete the backend volume — which ends the volume's lifecycle in the
@@ -18,8 +19,8 @@
 //
 // # Fencing tokens
 //
-// Before every agent call that changes a volume, the service advances
-// spec.publicationGeneration with a compare-and-swap: an update carrying
+// Before the agent calls of a CSI call that changes a volume, the service
+// advances spec.publicationGeneration with a compare-and-swap: an update carrying
 // the resourceVersion the record was read at. The API server accepts one
 // update per resourceVersion, so no two callers — two replicas, or a
 // deposed leader and its successor — are ever handed the same generation;
@@ -28,7 +29,11 @@
 // token older than its durable mark, so a stale controller can change
 // nothing. A new record is created at generation 1, the creating call's
 // own: only one create of a name succeeds, as only one update of a
-// resourceVersion does. Every decision reads the record from the API
+// resourceVersion does. One token serves all the agent calls of one CSI
+// call (CreateVolume's create and export): no other call or retry is ever
+// handed it, which is all fencing needs (docs/architecture.md, "One token
+// per CSI call"); from a claim to a published volume the record is written
+// three times (TestRecordWrites). Every decision reads the record from the API
 // server, not from a cache; a new volume's record is written before
 // anything is read, and an existing one is read as a retry reads it.
 //
