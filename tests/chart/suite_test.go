@@ -148,6 +148,21 @@ func executable(p string) error {
 // cert-manager's CRDs (tests/tools/certmanager) and the snapshot CRDs
 // (tests/tools/sidecars/snapshotter), as a cluster with them does.
 func moduleCRDDir(tool, module, subdir, probe string) (string, error) {
+	root, version, err := moduleDir(tool, module)
+	if err != nil {
+		return "", fmt.Errorf("locating the CRDs: %w", err)
+	}
+	dir := filepath.Join(root, filepath.FromSlash(subdir))
+	if _, err := os.Stat(filepath.Join(dir, probe)); err != nil {
+		return "", fmt.Errorf("%s %s: no CRDs where expected: %w", module, version, err)
+	}
+	return dir, nil
+}
+
+// moduleDir returns the directory in the module cache of module at the
+// version the module tests/tools/<tool> builds with (downloading it,
+// verified against go.sum, if it is not there yet), and that version.
+func moduleDir(tool, module string) (dir, version string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", module)
@@ -157,20 +172,16 @@ func moduleCRDDir(tool, module, subdir, probe string) (string, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("locating the CRDs of %s (go mod download in %s): %w: %s", module, cmd.Dir, err, stderr.String())
+		return "", "", fmt.Errorf("go mod download %s in %s: %w: %s", module, cmd.Dir, err, stderr.String())
 	}
 	var mod struct{ Dir, Version, Error string }
 	if err := json.Unmarshal(out, &mod); err != nil {
-		return "", fmt.Errorf("go mod download -json: %w", err)
+		return "", "", fmt.Errorf("go mod download -json: %w", err)
 	}
 	if mod.Error != "" || mod.Dir == "" {
-		return "", fmt.Errorf("go mod download %s: %q", module, mod.Error)
+		return "", "", fmt.Errorf("go mod download %s: %q", module, mod.Error)
 	}
-	dir := filepath.Join(mod.Dir, filepath.FromSlash(subdir))
-	if _, err := os.Stat(filepath.Join(dir, probe)); err != nil {
-		return "", fmt.Errorf("%s %s: no CRDs where expected: %w", module, mod.Version, err)
-	}
-	return dir, nil
+	return mod.Dir, mod.Version, nil
 }
 
 // helmRun runs bin/helm and returns its stdout; the error carries stderr.
