@@ -212,9 +212,11 @@ kernel-binaries:
 # 128 concurrent calls, reconcile of 256 exports after a wipe, and RSS);
 # pillar-node stage+publish against the raw connect, mkfs, mount and bind
 # (plus RSS); pillar-controller's CreateVolume+ControllerPublish against
-# the same agent calls made directly, 100 concurrent creates against 100
-# one at a time, and its RSS with 1,000 PillarVolumeStates. Each reports its
-# ratios.
+# the same agent calls made directly, 100 concurrent creates on thick and
+# sparse ZFS and LVM thin against 100 one at a time and against 100 raw
+# creates and exports at once (the floor), snapshots and restores against
+# the raw commands, and its RSS with 1,000 PillarVolumeStates. Each reports
+# its ratios.
 BENCH_KERNEL = $(BIN)/pillar-lab test -timeout 60m $(1) -- -test.run '^$$' -test.bench . -test.benchtime $(2) -test.timeout 40m
 
 .PHONY: bench-kernel

@@ -281,108 +281,72 @@ func BenchmarkControllerRSS(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkConcurrentCreate measures 100 CreateVolume calls made at once
-// against the same 100 made one at a time, in the same run, through
-// pillar-controller's CSI socket on one ZFS store; a call the controller
-// fails (its agent calls time out while queued behind the others) is
-// retried as the external-provisioner does, and counted. Every volume is
-// deleted afterwards (concurrently; that time is reported too).
+// BenchmarkConcurrentCreate measures, on each backend that admits creates
+// (thick ZFS, sparse ZFS, LVM thin), 100 CreateVolume calls made at once
+// through pillar-controller's CSI socket against the same 100 made one at
+// a time and against the floor: 100 raw creates (the backend's own
+// command) with their configfs exports, also at once, in the same run. A
+// call the controller fails is retried as the external-provisioner does,
+// and counted. Every volume is deleted afterwards (concurrently; that time
+// is reported too).
 func BenchmarkConcurrentCreate(b *testing.B) {
 	const n = 100
 	l := setup(b)
-	s := newStack(b, l, "storage-bcc", backendZFS)
-	st := s.stores[backendZFS]
-	create := func(id string, retries *atomic.Int64) {
-		for attempt := 1; ; attempt++ {
-			_, err := s.ctrl.CreateVolume(csiCtx(b), s.createRequest(st, id, benchVolumeSize))
-			if err == nil {
-				return
-			}
-			retries.Add(1)
-			if attempt == 30 {
-				b.Errorf("CreateVolume %s: %v (attempt %d)", id, err, attempt)
-				return
-			}
-			b.Logf("CreateVolume %s: %v; retrying", id, err)
-			time.Sleep(time.Second)
-		}
-	}
-	deleteAll := func(ids []string) time.Duration {
-		began := time.Now()
-		var wg sync.WaitGroup
-		for _, id := range ids {
-			wg.Go(func() {
-				// Retried like CreateVolume: queued behind 99 others, the
-				// agent's zfs destroy outlasts the controller's agent
-				// call timeout.
-				for attempt := 1; ; attempt++ {
-					_, err := s.ctrl.DeleteVolume(csiCtx(b), &csi.DeleteVolumeRequest{VolumeId: id})
-					if err == nil {
-						return
-					}
-					if attempt == 10 {
-						b.Errorf("DeleteVolume %s: %v (attempt %d)", id, err, attempt)
-						return
-					}
-					time.Sleep(time.Second)
+	for _, kind := range []string{backendZFS, backendZFSSparse, backendLVMThin} {
+		b.Run(kind, func(b *testing.B) {
+			s := newStack(b, l, "storage-bcc-"+kind, kind)
+			st := s.stores[kind]
+			ids := func(prefix string) []string {
+				out := make([]string, n)
+				tag := fixture.RandomHex(b, 3)
+				for i := range out {
+					out[i] = fmt.Sprintf("pvc-%s-%s-%03d", prefix, tag, i)
+					s.track(st, out[i]).deleted = true // deleteAtOnce does it; dump on failure
 				}
-			})
-		}
-		wg.Wait()
-		if left := st.backendVolumes(b); len(left) != 0 {
-			b.Errorf("after deleting the volumes the store still has %v", left)
-		}
-		return time.Since(began)
+				return out
+			}
+			var floorWall, seqWall, parWall, delSeq, delPar time.Duration
+			var seqRetries, parRetries int
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				floorWall += rawCreatesAtOnce(b, st, n)
+				seq := ids("seq")
+				b.StartTimer()
+				began := time.Now()
+				for _, id := range seq {
+					seqRetries += s.createRetried(b, st, id)
+				}
+				seqWall += time.Since(began)
+				b.StopTimer()
+				delSeq += s.deleteAtOnce(b, st, seq)
+				par := ids("par")
+				b.StartTimer()
+				began = time.Now()
+				parRetries += s.createAtOnce(b, st, par)
+				parWall += time.Since(began)
+				b.StopTimer()
+				if got := len(st.backendVolumes(b)); got != n {
+					b.Errorf("after %d concurrent CreateVolume calls the store has %d volumes", n, got)
+				}
+				delPar += s.deleteAtOnce(b, st, par)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			rounds := time.Duration(b.N)
+			b.Logf("%s: %d raw creates and exports at once: %v; %d CreateVolume one at a time: %v (%d retried); at once: %v (%d retried); deleting each set at once: %v, %v (guest time, %d round(s))",
+				kind, n, floorWall/rounds, n, seqWall/rounds, seqRetries, parWall/rounds, parRetries, delSeq/rounds, delPar/rounds, b.N)
+			r := float64(b.N)
+			b.ReportMetric(floorWall.Seconds()/r, "floor-wall-s")
+			b.ReportMetric(seqWall.Seconds()/r, "sequential-wall-s")
+			b.ReportMetric(parWall.Seconds()/r, "concurrent-wall-s")
+			b.ReportMetric(parWall.Seconds()/floorWall.Seconds(), "concurrent-floor-ratio")
+			b.ReportMetric(seqWall.Seconds()/parWall.Seconds(), "speedup")
+			b.ReportMetric(float64(parRetries)/r, "concurrent-retries")
+			b.ReportMetric(delPar.Seconds()/r, "delete-concurrent-wall-s")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
-	ids := func(prefix string) []string {
-		out := make([]string, n)
-		tag := fixture.RandomHex(b, 3)
-		for i := range out {
-			out[i] = fmt.Sprintf("pvc-%s-%s-%03d", prefix, tag, i)
-			s.track(st, out[i]).deleted = true // deleteAll does it; dump on failure
-		}
-		return out
-	}
-	var seqWall, parWall, delSeq, delPar time.Duration
-	var seqRetries, parRetries atomic.Int64
-	b.ResetTimer()
-	for range b.N {
-		seq := ids("seq")
-		began := time.Now()
-		for _, id := range seq {
-			create(id, &seqRetries)
-		}
-		seqWall += time.Since(began)
-		b.StopTimer()
-		delSeq += deleteAll(seq)
-		b.StartTimer()
-
-		par := ids("par")
-		began = time.Now()
-		var wg sync.WaitGroup
-		for _, id := range par {
-			wg.Go(func() { create(id, &parRetries) })
-		}
-		wg.Wait()
-		parWall += time.Since(began)
-		b.StopTimer()
-		if got := len(st.backendVolumes(b)); got != n {
-			b.Errorf("after %d concurrent CreateVolume calls the store has %d zvols", n, got)
-		}
-		delPar += deleteAll(par)
-		b.StartTimer()
-	}
-	b.StopTimer()
-	rounds := float64(b.N)
-	b.Logf("%d CreateVolume one at a time: %v (%d retried); at once: %v (%d retried); deleting each set at once: %v, %v (guest time, %d round(s))",
-		n, seqWall/time.Duration(b.N), seqRetries.Load(), parWall/time.Duration(b.N), parRetries.Load(), delSeq/time.Duration(b.N), delPar/time.Duration(b.N), b.N)
-	b.ReportMetric(seqWall.Seconds()/rounds, "sequential-wall-s")
-	b.ReportMetric(parWall.Seconds()/rounds, "concurrent-wall-s")
-	b.ReportMetric(n*rounds/seqWall.Seconds(), "sequential-volumes/s")
-	b.ReportMetric(n*rounds/parWall.Seconds(), "concurrent-volumes/s")
-	b.ReportMetric(seqWall.Seconds()/parWall.Seconds(), "speedup")
-	b.ReportMetric(float64(parRetries.Load())/rounds, "concurrent-retries")
-	b.ReportMetric(0, "ns/op")
 }
 
 // parallel runs f for 0..n-1, width at a time, and returns the results
