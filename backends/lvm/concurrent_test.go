@@ -9,6 +9,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command/commandtest"
+	"github.com/pillar-csi/pillar-csi/backends/internal/replaytest"
 	"github.com/pillar-csi/pillar-csi/backends/lvm"
 )
 
@@ -56,15 +57,6 @@ func newThin(t *testing.T) (*lvm.Backend, *thinPool) {
 	return b, p
 }
 
-func createAsync(b *lvm.Backend, id string, size int64) <-chan error {
-	errc := make(chan error, 1)
-	go func() {
-		_, err := b.Create(context.Background(), id, size)
-		errc <- err
-	}()
-	return errc
-}
-
 // TestThinCreatesOverlap: thin creates are admitted one at a time, but
 // their lvcreate commands run side by side (LVM's own lock serialises only
 // their metadata updates).
@@ -72,7 +64,7 @@ func TestThinCreatesOverlap(t *testing.T) {
 	b, p := newThin(t)
 	var errcs []<-chan error
 	for _, id := range []string{"a", "b", "c"} {
-		errcs = append(errcs, createAsync(b, id, 16<<20))
+		errcs = append(errcs, replaytest.CreateAsync(b, id, 16<<20))
 	}
 	for i := range 3 {
 		select {
@@ -95,9 +87,9 @@ func TestThinCreatesOverlap(t *testing.T) {
 func TestThinConcurrentCreatesOvercommit(t *testing.T) {
 	b, p := newThin(t)
 	const half = 132 << 20 // two are more than the 256 MiB pool
-	first := createAsync(b, "a", half)
+	first := replaytest.CreateAsync(b, "a", half)
 	<-p.started
-	second := createAsync(b, "b", half)
+	second := replaytest.CreateAsync(b, "b", half)
 	select {
 	case err := <-second:
 		if !errors.Is(err, backends.ErrNoSpace) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command/commandtest"
+	"github.com/pillar-csi/pillar-csi/backends/internal/replaytest"
 	"github.com/pillar-csi/pillar-csi/backends/zfs"
 )
 
@@ -97,16 +98,6 @@ func (p *pool) waitStarted(t *testing.T, n int) []string {
 	return vols
 }
 
-// create starts a Create and returns where its error arrives.
-func create(b *zfs.Backend, id string, size int64) <-chan error {
-	errc := make(chan error, 1)
-	go func() {
-		_, err := b.Create(context.Background(), id, size)
-		errc <- err
-	}()
-	return errc
-}
-
 // TestSparseCreatesOverlap: sparse creates are admitted one at a time but
 // their zfs create commands run side by side.
 func TestSparseCreatesOverlap(t *testing.T) {
@@ -114,7 +105,7 @@ func TestSparseCreatesOverlap(t *testing.T) {
 	b := newSparse(t, p)
 	var errcs []<-chan error
 	for _, id := range []string{"a", "b", "c"} {
-		errcs = append(errcs, create(b, id, 4*unit))
+		errcs = append(errcs, replaytest.CreateAsync(b, id, 4*unit))
 	}
 	p.waitStarted(t, 3)
 	close(p.release)
@@ -135,9 +126,9 @@ func TestSparseConcurrentCreatesOvercommit(t *testing.T) {
 	p := newPool(t)
 	b := newSparse(t, p)
 	half := (poolAvail/2/unit + 1) * unit
-	first := create(b, "a", half)
+	first := replaytest.CreateAsync(b, "a", half)
 	p.waitStarted(t, 1)
-	second := create(b, "b", half)
+	second := replaytest.CreateAsync(b, "b", half)
 	select {
 	case err := <-second:
 		if !errors.Is(err, backends.ErrNoSpace) {

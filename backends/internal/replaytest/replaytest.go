@@ -124,3 +124,14 @@ func Capacity(ctx context.Context, b backends.Backend) (any, error) { return b.C
 
 // List calls b.List(ctx).
 func List(ctx context.Context, b backends.Backend) (any, error) { return b.List(ctx) }
+
+// CreateAsync starts b.Create(id, size) and returns where its error
+// arrives: for tests of creates that run side by side.
+func CreateAsync(b backends.Backend, id string, size int64) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Create(context.Background(), id, size)
+		errc <- err
+	}()
+	return errc
+}
