@@ -19,7 +19,7 @@
 //	-allow-unauthenticated      plaintext without -token-dir: anyone who reaches the port is obeyed
 //	-shutdown-grace-period d    time in-flight calls get after SIGTERM (default 3m0s)
 //	-command-timeout d          timeout of each zfs, zpool, lvm command (default 2m)
-//	-store-concurrency n        backend calls at once per store; more wait while their caller does (default 4)
+//	-store-concurrency n        backend changes, and as many look-ups, at once per store; more wait while their caller does (default 4)
 //	-readiness-interval d       how often readiness is checked (default 5s)
 //	-drift-interval d           how often exports something else removed are put back (default 5s; 0: never)
 //	-host-root dir              the host's / mounted in the container: run the host's zfs, zpool, lvm chrooted into it

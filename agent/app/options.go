@@ -93,8 +93,9 @@ type Options struct {
 	ShutdownGracePeriod time.Duration
 	// CommandTimeout bounds each backend command.
 	CommandTimeout time.Duration
-	// StoreConcurrency is how many backend calls run at once per store;
-	// further calls wait their turn within their deadline.
+	// StoreConcurrency is how many backend changes, and as many look-ups,
+	// run at once per store; further calls wait their turn within their
+	// deadline.
 	StoreConcurrency int
 	// HostRoot, if not empty, is the host's root filesystem mounted into
 	// the container; zfs, zpool and lvm are the host's, run chrooted
@@ -210,7 +211,7 @@ func newFlagSet(o *Options) *flag.FlagSet {
 	fs.BoolVar(&o.AllowUnauthenticated, "allow-unauthenticated", false, "serve plaintext gRPC without -token-dir: any client that reaches the port may create, export and destroy volumes (a lab on loopback only)")
 	fs.DurationVar(&o.ShutdownGracePeriod, "shutdown-grace-period", o.ShutdownGracePeriod, "how long in-flight calls may finish after SIGTERM or SIGINT")
 	fs.DurationVar(&o.CommandTimeout, "command-timeout", o.CommandTimeout, "timeout of each zfs, zpool and lvm command")
-	fs.IntVar(&o.StoreConcurrency, "store-concurrency", o.StoreConcurrency, "how many backend calls run at once per store; further calls wait their turn for as long as their caller waits")
+	fs.IntVar(&o.StoreConcurrency, "store-concurrency", o.StoreConcurrency, "how many backend changes (creates, deletes, expansions, snapshots), and as many look-ups, run at once per store; further calls wait their turn for as long as their caller waits")
 	fs.StringVar(&o.HostRoot, "host-root", "", "`directory` holding the host's root filesystem (in a container: the host's / mounted there); zfs, zpool and lvm are then the host's own, run chrooted into it, so they match the host's kernel module and LVM configuration (default: this machine's tools)")
 	fs.BoolVar(&o.PrintVersion, "version", false, "print the version and exit")
 	fs.Func("lvm-reject", "`regexp` of device paths LVM must never scan, such as ^/dev/zd (repeatable; each becomes an r|regexp| entry of the devices/global_filter of every lvm command, replacing the node's own global_filter for them)", func(v string) error {

@@ -316,9 +316,9 @@ func (b *Backend) cloneLV(ctx context.Context, id string, sizeBytes int64, origi
 	if err != nil && !errs.StderrContains(err, "already exists in volume group") {
 		return nil, classify(err)
 	}
-	l, err := b.lvByName(ctx, name, lvFields)
-	if err != nil {
-		return nil, err
+	l, lerr := b.lvByName(ctx, name, lvFields)
+	if lerr != nil {
+		return nil, lerr
 	}
 	if err := b.owned(id, l); err != nil {
 		return nil, err

@@ -195,10 +195,11 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 // created by this call (record), else one issued now. One token for the
 // create and the export is as safe as one for each (docs/architecture.md,
 // "One token per CSI call"): no other call and no retry is ever handed it,
-// and the agent refuses it once any later one was admitted. The record is
-// written once, when both steps are done; an export that fails after the
-// create records the create alone, so that a retry does not need a source
-// that may be gone by then.
+// and the agent refuses it once any later one was admitted. The record's
+// status is written once, when both steps are done; an export that fails
+// after the create records the create alone, and a restore or clone
+// records its create at once, so that a retry does not need a source that
+// may be gone by then.
 func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, r *csi.CapacityRange, unspent bool) (*v1alpha1.PillarVolumeState, error) {
 	if v.Spec.Export == nil {
 		return nil, errorf(codes.FailedPrecondition, v.Name, "the PillarVolumeState has no export spec (ExportSpecMissing): state bindAddress, port and aclEnabled as %s", recoveryDoc)
@@ -206,6 +207,13 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 	_, store, conn, err := s.storeOf(ctx, v)
 	if err != nil {
 		return nil, err
+	}
+	// The source first: a restore the agent cannot make costs no token.
+	var cs *agentv1.ContentSource
+	if !v.Status.BackendCreated && v.Spec.DataSource != nil {
+		if cs, err = s.contentSource(ctx, v, conn.Agent); err != nil {
+			return nil, err
+		}
 	}
 	tok := tokenOf(v)
 	if !unspent && !(v.Status.BackendCreated && v.Status.Exported) {
@@ -215,12 +223,6 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 	}
 	created := false
 	if !v.Status.BackendCreated {
-		var cs *agentv1.ContentSource
-		if v.Spec.DataSource != nil {
-			if cs, err = s.contentSource(ctx, v, conn.Agent); err != nil {
-				return nil, err
-			}
-		}
 		resp, err := conn.Agent.CreateVolume(ctx, &agentv1.CreateVolumeRequest{FencingToken: tok, VolumeId: v.Name, Store: store,
 			CapacityBytes: v.Spec.CapacityBytes, ContentSource: cs})
 		if err != nil {
@@ -229,6 +231,15 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 		v.Status.BackendCreated, v.Status.CapacityBytes = true, resp.GetVolume().GetCapacityBytes()
 		created = true
 		s.storeChanged(v.Spec.StoreName)
+		if v.Spec.DataSource != nil {
+			// A restore or clone records its create at once: a retry
+			// after a crash before the export must not need the source,
+			// which may be gone by then.
+			if err := s.writeStatus(ctx, v, v1alpha1.ReasonBackendCreated, "the backend volume exists"); err != nil {
+				return nil, err
+			}
+			created = false
+		}
 	}
 	if !fits(v.Status.CapacityBytes, r) {
 		// No CO deletes a volume whose creation failed: roll it back.
@@ -248,12 +259,13 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 	if err != nil {
 		err = s.agentError(v, "ExportVolume", err)
 		if created {
-			s.recordCreatedAlone(v)
+			// The create alone, so that the retry does not repeat it.
+			_ = s.writeStatusDetached(ctx, v, v1alpha1.ReasonBackendCreated, "the backend volume exists; its export failed")
 		}
 		return nil, err
 	}
 	v.Status.Exported = true
-	if err := s.writeStatus(ctx, v, v1alpha1.ReasonExported, "provisioned and exported"); err != nil {
+	if err := s.writeStatusDetached(ctx, v, v1alpha1.ReasonExported, "provisioned and exported"); err != nil {
 		return nil, err
 	}
 	s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonProvisioned, "%d bytes in store %s, exported as %s on %s:%d (host ACLs %v)",
@@ -261,19 +273,23 @@ func (s *Service) provision(ctx context.Context, v *v1alpha1.PillarVolumeState, 
 	return v, nil
 }
 
-// recordCreatedAlone records a backend volume whose export failed, with a
-// deadline of its own: the call's may be what ended the export. Failing
-// to record it costs only a retry that repeats the (idempotent) create.
-func (s *Service) recordCreatedAlone(v *v1alpha1.PillarVolumeState) {
-	ctx, cancel := context.WithTimeout(context.Background(), recordCreatedTimeout)
+// writeStatusDetached is writeStatus under a deadline of its own
+// (recordTimeout) rather than the call's: the agent's work is done, and
+// the call's deadline, which may be what ended it, must not keep it from
+// being recorded. Failing to record it costs only a retry that repeats
+// the (idempotent) agent calls under a new token.
+func (s *Service) writeStatusDetached(ctx context.Context, v *v1alpha1.PillarVolumeState, reason, msg string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
-	if err := s.writeStatus(ctx, v, v1alpha1.ReasonBackendCreated, "the backend volume exists; its export failed"); err != nil {
-		s.log.Info("recording the backend volume of a failed export", "volume_id", v.Name, "error", err)
+	err := s.writeStatus(ctx, v, reason, msg)
+	if err != nil {
+		s.log.Info("the agent's work is not recorded; a retry repeats it", "volume_id", v.Name, "reason", reason, "error", err)
 	}
+	return err
 }
 
-// recordCreatedTimeout bounds recordCreatedAlone's write.
-const recordCreatedTimeout = 10 * time.Second
+// recordTimeout bounds writeStatusDetached's write.
+const recordTimeout = 10 * time.Second
 
 // rollBack deletes the record of a volume whose creation cannot succeed,
 // through the same teardown as DeleteVolume.

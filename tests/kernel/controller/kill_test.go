@@ -28,22 +28,32 @@ import (
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm/fixture"
 )
 
-// killPoint is a moment in a volume's record at which pillar-controller
-// is SIGKILLed.
+// killPoint is a moment at which pillar-controller is SIGKILLed: one the
+// volume's record shows, or one the storage node shows.
 type killPoint struct {
 	name string
 	what string
 	// reached reports whether the record shows the moment.
 	reached func(*v1alpha1.PillarVolumeState) bool
+	// onNode, when set instead, is polled (every 10 ms) for a moment that
+	// no record write marks; a call may end before a poll sees it.
+	onNode func(t *testing.T, id string) bool
 }
+
+// killAttemptsOnNode bounds the tries to land a kill at a moment polled on
+// the storage node: a call that ends first proves nothing, and the test
+// tries again with another volume.
+const killAttemptsOnNode = 5
 
 // TestCSIControllerKilledMidCall SIGKILLs the pillar-controller process
 // while a CSI call is in flight, at moments read from the volume's
 // PillarVolumeState through a watch on the API server (the record is the
 // controller's only durable memory, so these are the moments that
 // matter): during CreateVolume as soon as the record exists (nothing done
-// at the agent yet, or the backend create under way), and as soon as it
-// records backendCreated (the export next); during DeleteVolume as soon as
+// at the agent yet, or the backend create under way), and as soon as the
+// zvol shows in the store (the backend create done, the export next or
+// under way: CreateVolume writes the record's status only when both are
+// done, so no record write marks this moment); during DeleteVolume as soon as
 // it records the export removed (the agent's DeleteVolume next). A fresh
 // controller process is started each time and the call is retried, as the
 // CSI sidecars do: the retried CreateVolume must leave exactly one zvol,
@@ -74,22 +84,33 @@ func TestCSIControllerKilledMidCall(t *testing.T) {
 	}()
 
 	for _, kp := range []killPoint{
-		{"recorded", "the PillarVolumeState exists", func(*v1alpha1.PillarVolumeState) bool { return true }},
-		{"backendCreated", "the record says backendCreated", func(v *v1alpha1.PillarVolumeState) bool { return v.Status.BackendCreated }},
+		{name: "recorded", what: "the PillarVolumeState exists", reached: func(*v1alpha1.PillarVolumeState) bool { return true }},
+		{name: "zvolCreated", what: "the zvol shows in the store", onNode: func(t *testing.T, id string) bool { return slices.Contains(st.backendVolumes(t), id) }},
 	} {
 		t.Run("CreateVolume/"+kp.name, func(t *testing.T) {
 			parent := s.t
 			s.t = t
 			defer func() { s.t = parent }()
-			id := "pvc-ckill-" + fixture.RandomHex(t, 4)
-			v := s.track(st, id)
-			req := s.createRequest(st, id, volumeSize)
-			s.killDuring(t, id, kp, func(ctx context.Context) error {
-				_, err := s.ctrl.CreateVolume(ctx, req)
-				return err
-			})
+			var v *volume
+			var req *csi.CreateVolumeRequest
+			for attempt := 1; ; attempt++ {
+				id := "pvc-ckill-" + fixture.RandomHex(t, 4)
+				v = s.track(st, id)
+				req = s.createRequest(st, id, volumeSize)
+				landed := s.killDuring(t, id, kp, func(ctx context.Context) error {
+					_, err := s.ctrl.CreateVolume(ctx, req)
+					return err
+				})
+				if landed {
+					break
+				}
+				if attempt == killAttemptsOnNode {
+					t.Fatalf("CreateVolume finished before %s in all %d attempts: the kill never landed", kp.what, attempt)
+				}
+				v.delete()
+			}
 			var resp *csi.CreateVolumeResponse
-			s.retry(t, "CreateVolume "+id, func(ctx context.Context) error {
+			s.retry(t, "CreateVolume "+v.id, func(ctx context.Context) error {
 				var err error
 				resp, err = s.ctrl.CreateVolume(ctx, req)
 				return err
@@ -109,7 +130,7 @@ func TestCSIControllerKilledMidCall(t *testing.T) {
 		defer func() { s.t = parent }()
 		id := "pvc-ckill-" + fixture.RandomHex(t, 4)
 		v := s.createVolume(st, id, volumeSize)
-		kp := killPoint{"unexported", "the record says the export is removed", func(v *v1alpha1.PillarVolumeState) bool {
+		kp := killPoint{name: "unexported", what: "the record says the export is removed", reached: func(v *v1alpha1.PillarVolumeState) bool {
 			return !v.DeletionTimestamp.IsZero() && !v.Status.Exported
 		}}
 		s.killDuring(t, id, kp, func(ctx context.Context) error {
@@ -145,9 +166,12 @@ func TestCSIControllerKilledMidCall(t *testing.T) {
 }
 
 // killDuring runs call in a goroutine and SIGKILLs pillar-controller as
-// soon as a watch on volume id's PillarVolumeState shows kp, then starts
-// a fresh controller process and waits until it answers Probe ready.
-func (s *stack) killDuring(t *testing.T, id string, kp killPoint, call func(ctx context.Context) error) {
+// soon as a watch on volume id's PillarVolumeState shows kp (or its poll
+// of the storage node does), then starts a fresh controller process and
+// waits until it answers Probe ready. It reports whether the kill landed:
+// a call that returns before a polled moment was seen is no failure, but
+// one that returns before a moment its record shows is.
+func (s *stack) killDuring(t *testing.T, id string, kp killPoint, call func(ctx context.Context) error) (landed bool) {
 	l := s.l
 	wc, err := client.NewWithWatch(l.adminConfig, client.Options{Scheme: l.admin.Scheme()})
 	if err != nil {
@@ -173,14 +197,20 @@ func (s *stack) killDuring(t *testing.T, id string, kp killPoint, call func(ctx 
 	}()
 	var seen *v1alpha1.PillarVolumeState
 	var early *result
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
 	for seen == nil && early == nil {
 		select {
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				t.Fatalf("the watch of PillarVolumeState %s ended before %s", id, kp.what)
 			}
-			if v, isPVS := ev.Object.(*v1alpha1.PillarVolumeState); isPVS && ev.Type != watch.Deleted && kp.reached(v) {
+			if v, isPVS := ev.Object.(*v1alpha1.PillarVolumeState); isPVS && ev.Type != watch.Deleted && kp.reached != nil && kp.reached(v) {
 				seen = v
+			}
+		case <-poll.C:
+			if kp.onNode != nil && kp.onNode(t, id) {
+				seen = &v1alpha1.PillarVolumeState{}
 			}
 		case r := <-done:
 			early = &r
@@ -189,14 +219,23 @@ func (s *stack) killDuring(t *testing.T, id string, kp killPoint, call func(ctx 
 		}
 	}
 	if early != nil {
+		if kp.onNode != nil {
+			t.Logf("the call returned (%v) after %v, before a poll saw %s: trying again", early.err, early.took, kp.what)
+			return false
+		}
 		t.Fatalf("the call returned (%v) after %v, before %s: a kill would prove nothing", early.err, early.took, kp.what)
 	}
 	l.controller.kill()
 	killed := time.Since(began)
 	r := <-done
-	t.Logf("%s %v after the call began (resourceVersion %s: backendCreated %v, exported %v, generation %d); pillar-controller SIGKILLed at %v; the call returned %v (%v)",
-		kp.what, killed.Round(time.Millisecond), seen.ResourceVersion, seen.Status.BackendCreated, seen.Status.Exported, seen.Spec.PublicationGeneration,
-		killed.Round(time.Millisecond), codeOf(r.err), r.err)
+	if kp.onNode != nil {
+		t.Logf("%s %v after the call began; pillar-controller SIGKILLed at %v; the call returned %v (%v)",
+			kp.what, killed.Round(time.Millisecond), killed.Round(time.Millisecond), codeOf(r.err), r.err)
+	} else {
+		t.Logf("%s %v after the call began (resourceVersion %s: backendCreated %v, exported %v, generation %d); pillar-controller SIGKILLed at %v; the call returned %v (%v)",
+			kp.what, killed.Round(time.Millisecond), seen.ResourceVersion, seen.Status.BackendCreated, seen.Status.Exported, seen.Spec.PublicationGeneration,
+			killed.Round(time.Millisecond), codeOf(r.err), r.err)
+	}
 	st := s.stores[backendZFS]
 	if pvs, err := (&volume{s: s, id: id}).state(t); err == nil {
 		t.Logf("left behind: record backendCreated %v, exported %v, generation %d, deleting %v; zvols %v; subsystem: %s",
@@ -212,6 +251,7 @@ func (s *stack) killDuring(t *testing.T, id string, kp killPoint, call func(ctx 
 	}
 	s.reconnect(t)
 	t.Logf("fresh pillar-controller answers Probe ready %v after its start (guest time)", time.Since(restarted).Round(time.Millisecond))
+	return true
 }
 
 // reconnect dials the controller's socket afresh: the old connection's
