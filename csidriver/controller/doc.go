@@ -33,9 +33,13 @@
 // call (CreateVolume's create and export): no other call or retry is ever
 // handed it, which is all fencing needs (docs/architecture.md, "One token
 // per CSI call"); from a claim to a published volume the record is written
-// three times (TestRecordWrites). Every decision reads the record from the API
-// server, not from a cache; a new volume's record is written before
-// anything is read, and an existing one is read as a retry reads it.
+// three times (TestRecordWrites). Decisions read the record from the API
+// server, except that ControllerPublishVolume starts from the informer
+// cache (retryingCached): a lagging record loses the compare-and-swap that
+// comes before any agent call, and a step that fails on a cached record
+// is decided again on fresh reads. A new volume's record is written
+// before anything is read, and an existing one is read as a retry reads
+// it.
 //
 // # Publications
 //

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
@@ -52,6 +53,24 @@ func tokenOf(v *v1alpha1.PillarVolumeState) *agentv1.FencingToken {
 // on as nil.
 func (s *Service) retrying(ctx context.Context, id string, step func(v *v1alpha1.PillarVolumeState) error) error {
 	return s.retryingFrom(ctx, id, nil, step)
+}
+
+// retryingCached is retrying whose first round reads the record from the
+// informer cache (Config.Client) instead of the API server. A cache may
+// lag: a lagging record cannot change anything, because every step
+// compare-and-swaps the record before its first agent call and loses that
+// race, and a step that fails on it for any other reason (a record not in
+// the cache yet, a publication already gone) is decided again on fresh
+// reads, as retrying does. Only a step that succeeded on the cached
+// record is spared the read.
+func (s *Service) retryingCached(ctx context.Context, id string, step func(v *v1alpha1.PillarVolumeState) error) error {
+	var v v1alpha1.PillarVolumeState
+	if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: id}, &v); err == nil {
+		if err := step(&v); err == nil {
+			return nil
+		}
+	}
+	return s.retrying(ctx, id, step)
 }
 
 // retryingFrom is retrying whose first round is given first, when it is

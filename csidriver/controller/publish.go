@@ -31,7 +31,7 @@ func (s *Service) controllerPublishVolume(ctx context.Context, req *csi.Controll
 		return nil, err
 	}
 	defer unlock()
-	err = s.retrying(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
+	err = s.retryingCached(ctx, id, func(v *v1alpha1.PillarVolumeState) error {
 		if err := publishable(id, v); err != nil {
 			return err
 		}

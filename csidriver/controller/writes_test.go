@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -101,8 +102,9 @@ func countingService(t *testing.T) (*controller.Service, *recordCalls) {
 // CreateVolume to a published volume: the record itself, its status once
 // the volume is exported (one token for the create and the export), and
 // the publication's compare-and-swap, which issues the publication's
-// token. docs/architecture.md, "One token per CSI call", says why no
-// other write is needed.
+// token; and no read of it from the API server, the publication starting
+// from the informer cache. docs/architecture.md, "One token per CSI call",
+// says why no other write is needed.
 func TestRecordWrites(t *testing.T) {
 	needServer(t)
 	ctx := context.Background()
@@ -120,10 +122,75 @@ func TestRecordWrites(t *testing.T) {
 	if _, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo}); err != nil {
 		t.Fatal(err)
 	}
-	if n := calls.take(); n["write"] != 1 || n["get"] != 1 {
-		t.Errorf("ControllerPublishVolume: %d writes and %d API server reads of the record, want 1 and 1 (%v)", n["write"], n["get"], n)
+	if n := calls.take(); n["write"] != 1 || n["get"] != 0 {
+		t.Errorf("ControllerPublishVolume: %d writes and %d API server reads of the record, want 1 and 0: it starts from the cache (%v)", n["write"], n["get"], n)
 	}
 	if v := record(t, id); v.Spec.PublicationGeneration != 2 || len(v.Spec.Publications) != 1 {
 		t.Errorf("after the publication: generation %d, publications %v; want 2 and node A", v.Spec.PublicationGeneration, v.Spec.Publications)
+	}
+}
+
+// TestPublishFromStaleCache: ControllerPublishVolume starts from the
+// informer cache, and a cache that lags changes nothing: a record not in
+// the cache yet, and one at an old resourceVersion, are decided again on a
+// fresh read, and the publication is made once, under a token of its own.
+func TestPublishFromStaleCache(t *testing.T) {
+	needServer(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		stale func(t *testing.T, id string) func(obj client.Object) error
+	}{
+		{"not in the cache yet", func(t *testing.T, id string) func(obj client.Object) error {
+			return func(client.Object) error {
+				return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("pillarvolumestates").GroupResource(), id)
+			}
+		}},
+		{"an older version", func(t *testing.T, id string) func(obj client.Object) error {
+			old := record(t, id)
+			// The record moves on without the cache seeing it.
+			v := old.DeepCopy()
+			v.Annotations["pillar-csi.io/test-moved"] = "true"
+			if err := cluster.Admin.Update(ctx, v); err != nil {
+				t.Fatal(err)
+			}
+			return func(obj client.Object) error {
+				old.DeepCopyInto(obj.(*v1alpha1.PillarVolumeState))
+				return nil
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			id := uniq("pvc-stale")
+			if _, err := newService(t).CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+				t.Fatal(err)
+			}
+			cached := c.stale(t, id)
+			ww, err := client.NewWithWatch(cluster.User, client.Options{Scheme: cluster.Scheme})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lagging := interceptor.NewClient(ww, interceptor.Funcs{
+				Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+					if _, ok := obj.(*v1alpha1.PillarVolumeState); ok && key.Name == id {
+						return cached(obj)
+					}
+					return c.Get(ctx, key, obj, opts...)
+				},
+			})
+			pool := agentclient.NewPool(agentclient.Options{CallTimeout: 5 * time.Second})
+			t.Cleanup(pool.Close)
+			s := controller.New(controller.Config{Client: lagging, Reader: user, Connector: &reconcile.Connector{Client: user, Pool: pool}})
+			if _, err := s.ControllerPublishVolume(ctx, &csi.ControllerPublishVolumeRequest{VolumeId: id, NodeId: nodeA, VolumeCapability: rwo}); err != nil {
+				t.Fatalf("publish from a lagging cache: %v", err)
+			}
+			v := record(t, id)
+			if len(v.Spec.Publications) != 1 || v.Spec.Publications[0].NodeID != nodeA {
+				t.Errorf("publications %v, want node A once", v.Spec.Publications)
+			}
+			if g := agent.Presented("AllowHost", id); len(g) != 1 || g[0] != uint64(v.Spec.PublicationGeneration) {
+				t.Errorf("AllowHost presented generations %v, want the record's %d once", g, v.Spec.PublicationGeneration)
+			}
+		})
 	}
 }
