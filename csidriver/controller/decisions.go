@@ -171,8 +171,8 @@ func sharedHostNQN(id string, node export.NodeID, nodes []storagev1.CSINode) err
 		return nil
 	}
 	slices.Sort(others)
-	return errorf(codes.FailedPrecondition, id, "node %s presents NVMe host NQN %s, and so does node %s: the storage node cannot tell them apart, so a volume published to one would be open to the other; give each node its own /etc/nvme/hostnqn and /etc/nvme/hostid (docs/troubleshooting.md, \"Nodes sharing a host NQN\")",
-		node.NodeName, node.HostNQN, strings.Join(others, ", "))
+	return errorf(codes.FailedPrecondition, id, "node %s presents the NVMe host NQN of node %s (their CSINodes show it): the storage node cannot tell them apart, so a volume published to one would be open to the other; give each node its own /etc/nvme/hostnqn and /etc/nvme/hostid (docs/troubleshooting.md, \"Nodes sharing a host NQN\")",
+		node.NodeName, strings.Join(others, ", "))
 }
 
 // publishable refuses a publication the record cannot take yet. A record
@@ -202,18 +202,29 @@ func publishable(id string, v *v1alpha1.PillarVolumeState) error {
 func admit(id string, pubs []v1alpha1.Publication, want v1alpha1.Publication) (add bool, err error) {
 	if i := slices.IndexFunc(pubs, func(p v1alpha1.Publication) bool { return p.NodeID == want.NodeID }); i >= 0 {
 		if pubs[i] != want {
-			return false, status.Errorf(codes.AlreadyExists, "volume %s is published to %s with %s (read-only %v), not %s (read-only %v)",
-				id, want.NodeID, pubs[i].AccessMode, pubs[i].ReadOnly, want.AccessMode, want.ReadOnly)
+			return false, status.Errorf(codes.AlreadyExists, "volume %s is published to node %s with %s (read-only %v), not %s (read-only %v)",
+				id, nodeName(want.NodeID), pubs[i].AccessMode, pubs[i].ReadOnly, want.AccessMode, want.ReadOnly)
 		}
 		return false, nil
 	}
 	for _, p := range pubs {
 		if p.AccessMode != v1alpha1.AccessReadOnlyMany || want.AccessMode != v1alpha1.AccessReadOnlyMany {
 			return false, errorf(codes.FailedPrecondition, id, "already published to node %s with %s; a %s volume is published to one node at a time: unpublish it there first",
-				p.NodeID, p.AccessMode, modeOf(p, want))
+				nodeName(p.NodeID), p.AccessMode, modeOf(p, want))
 		}
 	}
 	return true, nil
+}
+
+// nodeName is the node name of a publication's node ID (NODE/HOST-NQN):
+// what messages and events name. They reach places tenants read (a
+// claim's and a pod's events, a VolumeAttachment's error), and a host NQN,
+// which identifies a worker to the storage node without authenticating
+// it, stays out of them; operators find it in the record's publications
+// and the node's CSINode.
+func nodeName(nodeID string) string {
+	name, _, _ := strings.Cut(nodeID, export.NodeIDSeparator)
+	return name
 }
 
 // modeOf is the read-write mode that makes two publications exclusive.

@@ -42,7 +42,7 @@ func (s *Service) deleteVolume(ctx context.Context, req *csi.DeleteVolumeRequest
 			}
 		}
 		if len(v.Spec.Publications) > 0 {
-			return errorf(codes.FailedPrecondition, id, "the volume is still published to %s: unpublish it first", nodesOf(v))
+			return errorf(codes.FailedPrecondition, id, "the volume is still published to %s: unpublish it first", nodeNames(v.Spec.Publications))
 		}
 		if v.DeletionTimestamp.IsZero() {
 			// Mark the record deleted first: a concurrent CreateVolume
@@ -110,12 +110,21 @@ func client404(err error) error {
 	return err
 }
 
-func nodesOf(v *v1alpha1.PillarVolumeState) []string { return nodesOfPubs(v.Spec.Publications) }
+// nodesOf are the node IDs of the volume's publications, as CSI reports
+// them (PublishedNodeIds).
+func nodesOf(v *v1alpha1.PillarVolumeState) []string {
+	var out []string
+	for _, p := range v.Spec.Publications {
+		out = append(out, p.NodeID)
+	}
+	return out
+}
 
-func nodesOfPubs(pubs []v1alpha1.Publication) []string {
+// nodeNames are the names of the nodes of pubs, for messages (nodeName).
+func nodeNames(pubs []v1alpha1.Publication) []string {
 	var out []string
 	for _, p := range pubs {
-		out = append(out, p.NodeID)
+		out = append(out, nodeName(p.NodeID))
 	}
 	return out
 }

@@ -123,6 +123,20 @@ func TestEventsOnTheClaim(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The claim's events name the node, never its host NQN (a worker's
+	// identity on the storage network, which the tenant has no use for).
+	settle(t, s)
+	var notes []string
+	for _, e := range rec.about(true) {
+		notes = append(notes, e.reason+": "+e.note)
+		if strings.Contains(e.note, hostA) {
+			t.Errorf("event %s on the claim names the host NQN: %q", e.reason, e.note)
+		}
+	}
+	if all := strings.Join(notes, "\n"); !strings.Contains(all, "Published: volume "+id+": published to node worker-a (") ||
+		!strings.Contains(all, "Unpublished: volume "+id+": unpublished from [worker-a]") {
+		t.Errorf("events on the claim:\n%s\nwant Published and Unpublished naming node worker-a", all)
+	}
 }
 
 // settle waits until s has made every claim event it raised.

@@ -57,7 +57,7 @@ func (s *Service) controllerPublishVolume(ctx context.Context, req *csi.Controll
 			return err
 		}
 		if add {
-			s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonPublished, "published to node %s (%s, read-only %v)", want.NodeID, want.AccessMode, want.ReadOnly)
+			s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonPublished, "published to node %s (%s, read-only %v)", nodeName(want.NodeID), want.AccessMode, want.ReadOnly)
 		}
 		if !*v.Spec.Export.ACLEnabled {
 			return nil
@@ -130,7 +130,7 @@ func (s *Service) controllerUnpublishVolume(ctx context.Context, req *csi.Contro
 		if err := s.cfg.Client.Update(ctx, v); err != nil {
 			return lostOr(err, id, "removing the publication")
 		}
-		s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonUnpublished, "unpublished from %s", nodesOfPubs(u.gone))
+		s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonUnpublished, "unpublished from %s", nodeNames(u.gone))
 		return nil
 	})
 	if err != nil {

@@ -319,7 +319,11 @@ func TestPublishRefusesASharedHostNQN(t *testing.T) {
 		t.Fatal(err)
 	}
 	clone := csiNode("worker-c", storagev1.CSINodeDriver{Name: driver.Name, NodeID: "worker-c/" + hostA})
-	wantCode(t, "a host NQN worker-c presents too", pub(), codes.FailedPrecondition, "worker-a", "worker-c", hostA, "Nodes sharing a host NQN")
+	err := pub()
+	wantCode(t, "a host NQN worker-c presents too", err, codes.FailedPrecondition, "worker-a", "worker-c", "Nodes sharing a host NQN")
+	if err != nil && strings.Contains(err.Error(), hostA) {
+		t.Errorf("the refusal names the host NQN, which reaches the pod's events: %v", err)
+	}
 	if h := agent.Exports()[id].Hosts; len(h) != 0 {
 		t.Errorf("the refused publication allowed hosts %v", h)
 	}
