@@ -261,7 +261,14 @@ func controllerState(ctrl string) string {
 // volume ID and the volume's export identity.
 func boundClaim(t *testing.T, c *cluster.Cluster, ns, class, size string) (pv, volumeID string, id export.Identity) {
 	t.Helper()
-	apply(t, c, claim(ns, "data", class, "Filesystem", "ReadWriteOnce", size))
+	return boundClaimMode(t, c, ns, class, "Filesystem", size)
+}
+
+// boundClaimMode is boundClaim for the volume mode mode (Filesystem or
+// Block).
+func boundClaimMode(t *testing.T, c *cluster.Cluster, ns, class, mode, size string) (pv, volumeID string, id export.Identity) {
+	t.Helper()
+	apply(t, c, claim(ns, "data", class, mode, "ReadWriteOnce", size))
 	wait(t, c, ns, "pvc/data", "jsonpath={.status.phase}=Bound", 5*time.Minute)
 	pv = kubectl(t, c, "get", "pvc", "-n", ns, "data", "-o", "jsonpath={.spec.volumeName}")
 	volumeID = kubectl(t, c, "get", "pv", pv, "-o", "jsonpath={.spec.csi.volumeHandle}")
