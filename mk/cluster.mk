@@ -21,17 +21,39 @@ $(foreach t,$(CLUSTER_TOOLS),$(eval ldflags.$t = $$(ldflags.kube-apiserver)))
 
 CLUSTER_BINS := $(addprefix $(BIN)/,$(CLUSTER_TOOLS))
 
+# CRDs that a module of the Go module proxy ships, copied from the module
+# cache (downloaded and checked against go.sum first) into a directory of
+# bin/ that the lab cluster applies as a cluster administrator does:
+# $(call module-crds,DIR,TOOL,MODULE,SUBDIR,GLOB) copies SUBDIR/GLOB of
+# MODULE at the version tests/tools/TOOL/go.mod pins into DIR.
+define module-crds
+$(1)/.stamp: $(TOOLS_DIR)/$(2)/go.mod $(TOOLS_DIR)/$(2)/go.sum
+	rm -rf $(1) && mkdir -p $(1)
+	dir=$$$$(env -C $(TOOLS_DIR)/$(2) GOWORK=off go mod download -json $(3) | \
+		sed -n 's/^\t"Dir": "\(.*\)",$$$$/\1/p') && [ -n "$$$$dir" ] && cp "$$$$dir"/$(4)/$(5) $(1)/
+	touch $$@
+endef
+
 # The snapshot CRDs (snapshot.storage.k8s.io and groupsnapshot), which the
-# lab applies before the install as a cluster administrator does
-# (docs/install.md, "Snapshots"): config/crd of
-# github.com/kubernetes-csi/external-snapshotter/client/v8 at the version
-# tests/tools/sidecars/snapshotter/go.mod pins, from the Go module proxy.
+# lab applies before the install (docs/install.md, "Snapshots"): config/crd
+# of github.com/kubernetes-csi/external-snapshotter/client/v8.
 SNAPSHOT_CRDS := $(BIN)/snapshot-crds
-$(SNAPSHOT_CRDS)/.stamp: $(TOOLS_DIR)/sidecars/snapshotter/go.mod $(TOOLS_DIR)/sidecars/snapshotter/go.sum
-	rm -rf $(SNAPSHOT_CRDS) && mkdir -p $(SNAPSHOT_CRDS)
-	dir=$$(env -C $(TOOLS_DIR)/sidecars/snapshotter GOWORK=off go mod download -json github.com/kubernetes-csi/external-snapshotter/client/v8 | \
-		sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && [ -n "$$dir" ] && cp "$$dir"/config/crd/*storage.k8s.io_*.yaml $(SNAPSHOT_CRDS)/
-	touch $@
+$(eval $(call module-crds,$(SNAPSHOT_CRDS),sidecars/snapshotter,github.com/kubernetes-csi/external-snapshotter/client/v8,config/crd,*storage.k8s.io_*.yaml))
+
+# cert-manager for the lab cluster: its
+# CRDs (deploy/crds of github.com/cert-manager/cert-manager, the release
+# tests/tools/certmanager pins, whose CRDs the chart suite dry-runs
+# against) and its controllers, built static from the same module
+# (tests/tools/certmanager/controller says what it runs and why no
+# webhook). Not part of cluster-tools: make check does not need them.
+CERTMANAGER_CRDS := $(BIN)/certmanager-crds
+$(eval $(call module-crds,$(CERTMANAGER_CRDS),certmanager,github.com/cert-manager/cert-manager,deploy/crds,*.yaml))
+$(eval $(call own-module-tool,cert-manager-controller,certmanager,github.com/cert-manager/cert-manager,./controller,github.com/cert-manager/cert-manager/pkg/util.AppVersion))
+$(BIN)/cert-manager-controller: $(wildcard $(TOOLS_DIR)/certmanager/controller/*.go)
+CERTMANAGER := $(BIN)/cert-manager-controller $(CERTMANAGER_CRDS)/.stamp
+
+.PHONY: certmanager
+certmanager: $(CERTMANAGER) ## Build cert-manager's controllers and fetch its CRDs, at the release tests/tools/certmanager pins, into bin/
 
 .PHONY: cluster-tools
 cluster-tools: $(CLUSTER_BINS) $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm $(BIN)/registry $(IMAGEBUILD) $(BIN)/agent-probe $(SNAPSHOT_CRDS)/.stamp ## Build the lab cluster's Kubernetes binaries (kubelet, controller-manager, scheduler, proxy, kubectl), its registry, the push tool and the agent probe, and fetch the snapshot CRDs, into bin/
