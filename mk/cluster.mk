@@ -21,17 +21,39 @@ $(foreach t,$(CLUSTER_TOOLS),$(eval ldflags.$t = $$(ldflags.kube-apiserver)))
 
 CLUSTER_BINS := $(addprefix $(BIN)/,$(CLUSTER_TOOLS))
 
+# CRDs that a module of the Go module proxy ships, copied from the module
+# cache (downloaded and checked against go.sum first) into a directory of
+# bin/ that the lab cluster applies as a cluster administrator does:
+# $(call module-crds,DIR,TOOL,MODULE,SUBDIR,GLOB) copies SUBDIR/GLOB of
+# MODULE at the version tests/tools/TOOL/go.mod pins into DIR.
+define module-crds
+$(1)/.stamp: $(TOOLS_DIR)/$(2)/go.mod $(TOOLS_DIR)/$(2)/go.sum
+	rm -rf $(1) && mkdir -p $(1)
+	dir=$$$$(env -C $(TOOLS_DIR)/$(2) GOWORK=off go mod download -json $(3) | \
+		sed -n 's/^\t"Dir": "\(.*\)",$$$$/\1/p') && [ -n "$$$$dir" ] && cp "$$$$dir"/$(4)/$(5) $(1)/
+	touch $$@
+endef
+
 # The snapshot CRDs (snapshot.storage.k8s.io and groupsnapshot), which the
-# lab applies before the install as a cluster administrator does
-# (docs/install.md, "Snapshots"): config/crd of
-# github.com/kubernetes-csi/external-snapshotter/client/v8 at the version
-# tests/tools/sidecars/snapshotter/go.mod pins, from the Go module proxy.
+# lab applies before the install (docs/install.md, "Snapshots"): config/crd
+# of github.com/kubernetes-csi/external-snapshotter/client/v8.
 SNAPSHOT_CRDS := $(BIN)/snapshot-crds
-$(SNAPSHOT_CRDS)/.stamp: $(TOOLS_DIR)/sidecars/snapshotter/go.mod $(TOOLS_DIR)/sidecars/snapshotter/go.sum
-	rm -rf $(SNAPSHOT_CRDS) && mkdir -p $(SNAPSHOT_CRDS)
-	dir=$$(env -C $(TOOLS_DIR)/sidecars/snapshotter GOWORK=off go mod download -json github.com/kubernetes-csi/external-snapshotter/client/v8 | \
-		sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && [ -n "$$dir" ] && cp "$$dir"/config/crd/*storage.k8s.io_*.yaml $(SNAPSHOT_CRDS)/
-	touch $@
+$(eval $(call module-crds,$(SNAPSHOT_CRDS),sidecars/snapshotter,github.com/kubernetes-csi/external-snapshotter/client/v8,config/crd,*storage.k8s.io_*.yaml))
+
+# cert-manager for TestCertManagerMutualTLS (make e2e-certmanager): its
+# CRDs (deploy/crds of github.com/cert-manager/cert-manager, the release
+# tests/tools/certmanager pins, whose CRDs the chart suite dry-runs
+# against) and its controllers, built static from the same module
+# (tests/tools/certmanager/controller says what it runs and why no
+# webhook). Not part of cluster-tools: make check does not run the test.
+CERTMANAGER_CRDS := $(BIN)/certmanager-crds
+$(eval $(call module-crds,$(CERTMANAGER_CRDS),certmanager,github.com/cert-manager/cert-manager,deploy/crds,*.yaml))
+$(eval $(call own-module-tool,cert-manager-controller,certmanager,github.com/cert-manager/cert-manager,./controller,github.com/cert-manager/cert-manager/pkg/util.AppVersion))
+$(BIN)/cert-manager-controller: $(wildcard $(TOOLS_DIR)/certmanager/controller/*.go)
+CERTMANAGER := $(BIN)/cert-manager-controller $(CERTMANAGER_CRDS)/.stamp
+
+.PHONY: certmanager
+certmanager: $(CERTMANAGER) ## Build cert-manager's controllers and fetch its CRDs, at the release tests/tools/certmanager pins, into bin/ (for make e2e-certmanager)
 
 .PHONY: cluster-tools
 cluster-tools: $(CLUSTER_BINS) $(BIN)/kube-apiserver $(BIN)/etcd $(BIN)/helm $(BIN)/registry $(IMAGEBUILD) $(BIN)/agent-probe $(SNAPSHOT_CRDS)/.stamp ## Build the lab cluster's Kubernetes binaries (kubelet, controller-manager, scheduler, proxy, kubectl), its registry, the push tool and the agent probe, and fetch the snapshot CRDs, into bin/
@@ -67,7 +89,7 @@ E2E_MEMORY_MB ?= 3072
 # builds a busybox sandbox image. TestPerformance, which alone takes longer
 # than the rest, runs with make e2e-perf.
 .PHONY: e2e
-e2e: pillar-lab images cluster-tools $(BIN)/e2e.test ## Boot a one-node Kubernetes cluster in the kernel lab and run the end-to-end suites (tests/e2e) in it (needs root)
+e2e: pillar-lab images cluster-tools $(BIN)/e2e.test $(CERTMANAGER) ## Boot a one-node Kubernetes cluster in the kernel lab and run the end-to-end suites (tests/e2e) in it (needs root)
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 75m tests/e2e/... -- -test.timeout 60m -test.skip '^TestPerformance$$' $(E2EFLAGS)
 
 # The end-to-end subset make check runs, in one guest: the install and the
@@ -97,6 +119,18 @@ E2E_CI_RUN ?= ^(TestInstall|TestQuickstart|TestAgentRefusesStrangers|TestGenerat
 .PHONY: e2e-ci
 e2e-ci: pillar-lab images cluster-tools $(BIN)/e2e.test ## Run the end-to-end subset of make check in one guest (install, quickstart, strangers refused by the agent, ExportSpecMissing recovery, agent restart, external-storage specs) in the lab cluster (needs root)
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 70m -cluster-control-plane tests/e2e/pillar -- -test.timeout 65m -test.run '$(E2E_CI_RUN)' -snapshot.backends=zfs $(E2EFLAGS)
+
+# The chart's cert-manager mode with a real cert-manager
+# (TestCertManagerMutualTLS): cert-manager's controllers run in the guest
+# as a process beside the node, the install switches to tls.mode
+# certManager and back, and the agents' and the controller's certificates
+# are re-issued under a writing pod. One guest, the control plane on the
+# host as in make e2e-ci; not part of make check.
+E2E_CERTMANAGER_RUN ?= ^(TestInstall|TestCertManagerMutualTLS)$$
+
+.PHONY: e2e-certmanager
+e2e-certmanager: pillar-lab images cluster-tools $(CERTMANAGER) ## Prove the chart's cert-manager mode in the lab cluster with cert-manager's controllers: certificates issued, strangers refused, both certificates re-issued under a writing pod (needs root)
+	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 45m -cluster-control-plane tests/e2e/pillar -- -test.timeout 40m -test.run '$(E2E_CERTMANAGER_RUN)' $(E2EFLAGS)
 
 # Two kernels (make e2e-two): the storage node is a guest of its own, the
 # peer, joined to the main guest (control plane and worker) by a virtual

@@ -14,9 +14,11 @@
 // serving controller replica in the middle of a CreateVolume (and freezes
 // that replica there, thawing it after the takeover), loses the worker
 // under a writing pod and force-detaches its volume, runs csi-sanity
-// against the installed driver's sockets, and runs Kubernetes' own
-// external-storage e2e suite (bin/e2e.test) with
-// testdata/external-driver.yaml.
+// against the installed driver's sockets, switches the install to mutual
+// TLS with the chart's own certificates and with cert-manager's (whose
+// controllers the test runs in the guest, re-issuing both certificates
+// under a writing pod), and runs Kubernetes' own external-storage e2e
+// suite (bin/e2e.test) with testdata/external-driver.yaml.
 //
 // In a two-guest run (make e2e-two) the storage node is a guest of its
 // own, which the suite also uses as a second worker: its power is cut
@@ -25,8 +27,9 @@
 // (TestTwoWorkers).
 //
 // The tests carry the kernel build tag and run with make e2e (all of
-// them), make e2e-ci (the subset make check runs) or make e2e-full (the
-// whole external-storage suite), which boot the lab with 3 GiB. TestMain boots the cluster and the storage (a zpool named
+// them), make e2e-ci (the subset make check runs), make e2e-certmanager
+// (TestCertManagerMutualTLS) or make e2e-full (the whole external-storage
+// suite), which boot the lab with 3 GiB. TestMain boots the cluster and the storage (a zpool named
 // tank and a volume group vg0 with the thin pool thin0, on loop devices,
 // the names deploy/examples uses) once; the first test that needs the
 // driver installs the chart and applies the examples, and every test

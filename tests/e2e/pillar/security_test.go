@@ -140,39 +140,9 @@ spec:
 // which shows the probe itself can succeed.
 func TestGeneratedMutualTLS(t *testing.T) {
 	c := setup(t)
-	ctx := context.Background()
-	probe := filepath.Join(lab.root, "bin", "agent-probe")
 	node := deploy.StorageNode(c)
-	ip := kubectl(t, c, "get", "node", node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
-	addr := net.JoinHostPort(ip, strconv.Itoa(agentPort))
-	chart := filepath.Join(lab.root, "deploy", "charts", "pillar-csi")
-	agentReady := func(before string) {
-		t.Helper()
-		poll(t, "PillarAgent "+deploy.AgentName+" Ready on a new agent", 10*time.Minute, 5*time.Second, func() (bool, string) {
-			out, err := c.Kubectl(ctx, nil, "get", "pillaragent", deploy.AgentName, "-o",
-				`jsonpath={.metadata.generation} {.status.observedGeneration} {.status.instanceID} {.status.conditions[?(@.type=="Ready")].status}`)
-			f := strings.Fields(string(out))
-			return err == nil && len(f) == 4 && f[0] == f[1] && f[2] != before && f[3] == "True", fmt.Sprintf("%q %v", out, err)
-		})
-	}
-	upgrade := func(mode string) {
-		t.Helper()
-		before := kubectl(t, c, "get", "pillaragent", deploy.AgentName, "-o", "jsonpath={.status.instanceID}")
-		t0 := time.Now()
-		out, err := c.Helm(ctx, 20*time.Minute, "upgrade", deploy.Release, chart, "-n", deploy.Namespace, "--reuse-values",
-			"--set", "tls.mode="+mode, "--wait", "--timeout", "15m")
-		if err != nil {
-			t.Fatalf("helm upgrade to tls.mode %s: %v\n%s", mode, err, out)
-		}
-		agentReady(before)
-		record(t, "helm upgrade to tls.mode "+mode+", agent Ready", time.Since(t0))
-	}
-	t.Cleanup(func() {
-		if kubectl(t, c, "get", "pillaragent", deploy.AgentName, "-o", "jsonpath={.spec.tls.secretRef.name}") != "" {
-			upgrade("none")
-		}
-	})
-	upgrade("generated")
+	t.Cleanup(func() { switchTLSBack(t, c) })
+	upgradeTLS(t, c, "generated", nil)
 
 	ds := deploy.Release + "-agent-" + node
 	if got := kubectl(t, c, "get", "daemonset", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "-o", "jsonpath={.items[*].metadata.name}"); got != ds {
@@ -185,19 +155,101 @@ func TestGeneratedMutualTLS(t *testing.T) {
 	apply(t, c, pod(ns, "rw", "echo mtls > /data/f && sync && cat /data/f", "persistentVolumeClaim: {claimName: data}", false))
 	waitSucceeded(t, c, ns, "rw")
 
+	strangersRefused(t, c, deploy.Release+"-agent-tls-"+node)
+}
+
+// upgradeTLS switches the install's tls.mode (helm upgrade --reuse-values
+// --wait) and waits until the storage node's agent, restarted by the
+// change, is Ready as a new instance; it records how long that took.
+// meanwhile, when not nil, runs while helm waits.
+func upgradeTLS(t *testing.T, c *cluster.Cluster, mode string, meanwhile func()) {
+	t.Helper()
+	ctx := context.Background()
+	chart := filepath.Join(lab.root, "deploy", "charts", "pillar-csi")
+	before := kubectl(t, c, "get", "pillaragent", deploy.AgentName, "-o", "jsonpath={.status.instanceID}")
+	t0 := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		out, err := c.Helm(ctx, 20*time.Minute, "upgrade", deploy.Release, chart, "-n", deploy.Namespace, "--reuse-values",
+			"--set", "tls.mode="+mode, "--wait", "--timeout", "15m")
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, out)
+		}
+		done <- err
+	}()
+	// A meanwhile that fails the test still waits for helm, so that a
+	// cleanup's own upgrade does not find this one in progress.
+	var helmErr error
+	waited := false
+	waitHelm := func() {
+		if !waited {
+			helmErr, waited = <-done, true
+		}
+	}
+	defer waitHelm()
+	if meanwhile != nil {
+		meanwhile()
+	}
+	waitHelm()
+	if helmErr != nil {
+		t.Fatalf("helm upgrade to tls.mode %s: %v", mode, helmErr)
+	}
+	poll(t, "PillarAgent "+deploy.AgentName+" Ready on a new agent", 10*time.Minute, 5*time.Second, func() (bool, string) {
+		out, err := c.Kubectl(ctx, nil, "get", "pillaragent", deploy.AgentName, "-o",
+			`jsonpath={.metadata.generation} {.status.observedGeneration} {.status.instanceID} {.status.conditions[?(@.type=="Ready")].status}`)
+		f := strings.Fields(string(out))
+		return err == nil && len(f) == 4 && f[0] == f[1] && f[2] != before && f[3] == "True", fmt.Sprintf("%q %v", out, err)
+	})
+	record(t, "helm upgrade to tls.mode "+mode+", agent Ready", time.Since(t0))
+}
+
+// switchTLSBack switches the install back to tls.mode none, for a test's
+// cleanup, unless it already is (its PillarAgent references no TLS
+// Secret).
+func switchTLSBack(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	if kubectl(t, c, "get", "pillaragent", deploy.AgentName, "-o", "jsonpath={.spec.tls.secretRef.name}") != "" {
+		upgradeTLS(t, c, "none", nil)
+	}
+}
+
+// secretData is one key of a Secret of the release's namespace; it fails
+// the test when the key is missing or empty.
+func secretData(t *testing.T, c *cluster.Cluster, secret, key string) []byte {
+	t.Helper()
+	b64 := kubectl(t, c, "get", "secret", "-n", deploy.Namespace, secret, "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
+	b, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(b) == 0 {
+		t.Fatalf("Secret %s key %s: %d bytes, %v", secret, key, len(b), err)
+	}
+	return b
+}
+
+// mtlsProbeVolume is the volume the strangers of strangersRefused try to
+// create and delete.
+const mtlsProbeVolume = "pvc-agent-probe-mtls"
+
+// strangersRefused calls the storage node's agent, which serves with
+// mutual TLS, as strangers and as pillar-controller would, with
+// bin/agent-probe from this guest: a plaintext caller, a client
+// certificate of the release's CA issued to another name, and the
+// certificate of the Secret agentSecret (the agent's own) are refused in
+// the handshake even with the installation's token; the controller's
+// certificate is refused UNAUTHENTICATED with a made-up token and served
+// with the real one. Nothing is created on the storage node, and the
+// agent logs the refused certificate.
+func strangersRefused(t *testing.T, c *cluster.Cluster, agentSecret string) {
+	t.Helper()
+	ctx := context.Background()
+	probe := filepath.Join(lab.root, "bin", "agent-probe")
+	node := deploy.StorageNode(c)
+	ip := kubectl(t, c, "get", "node", node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	addr := net.JoinHostPort(ip, strconv.Itoa(agentPort))
+
 	// The material the strangers use: the installation's token, the
 	// chart's CA (with its key, to issue a certificate to another name),
-	// the storage node's certificate and the controller's.
+	// the agent's certificate and the controller's.
 	dir := t.TempDir()
-	secretKey := func(secret, key string) []byte {
-		t.Helper()
-		b64 := kubectl(t, c, "get", "secret", "-n", deploy.Namespace, secret, "-o", "jsonpath={.data."+strings.ReplaceAll(key, ".", `\.`)+"}")
-		b, err := base64.StdEncoding.DecodeString(b64)
-		if err != nil || len(b) == 0 {
-			t.Fatalf("Secret %s key %s: %d bytes, %v", secret, key, len(b), err)
-		}
-		return b
-	}
 	save := func(name string, data []byte) string {
 		t.Helper()
 		p := filepath.Join(dir, name)
@@ -206,23 +258,23 @@ func TestGeneratedMutualTLS(t *testing.T) {
 		}
 		return p
 	}
-	token := string(secretKey(deploy.Release+"-agent-token", "token"))
-	caCert := secretKey(deploy.Release+"-ca", "tls.crt")
+	token := string(secretData(t, c, deploy.Release+"-agent-token", "token"))
+	caCert := secretData(t, c, deploy.Release+"-ca", "tls.crt")
 	ca := save("ca.crt", caCert)
-	intruderCert, intruderKey, err := cluster.IssueClientCert(caCert, secretKey(deploy.Release+"-ca", "tls.key"), "intruder")
+	intruderCert, intruderKey, err := cluster.IssueClientCert(caCert, secretData(t, c, deploy.Release+"-ca", "tls.key"), "intruder")
 	if err != nil {
 		t.Fatal(err)
 	}
+	controllerSecret := deploy.Release + "-controller-client-tls"
 	type identity struct{ cert, key string }
 	ids := map[string]identity{
 		"intruder":   {save("intruder.crt", intruderCert), save("intruder.key", intruderKey)},
-		"node":       {save("node.crt", secretKey(deploy.Release+"-agent-tls-"+node, "tls.crt")), save("node.key", secretKey(deploy.Release+"-agent-tls-"+node, "tls.key"))},
-		"controller": {save("controller.crt", secretKey(deploy.Release+"-controller-client-tls", "tls.crt")), save("controller.key", secretKey(deploy.Release+"-controller-client-tls", "tls.key"))},
+		"agent":      {save("agent.crt", secretData(t, c, agentSecret, "tls.crt")), save("agent.key", secretData(t, c, agentSecret, "tls.key"))},
+		"controller": {save("controller.crt", secretData(t, c, controllerSecret, "tls.crt")), save("controller.key", secretData(t, c, controllerSecret, "tls.key"))},
 	}
-	const volume = "pvc-agent-probe-mtls"
 	call := func(who string, args ...string) map[string]string {
 		t.Helper()
-		argv := append([]string{"-addr", addr, "-volume", volume, "-zfs-pool", deploy.ZPool, "-server-name", node, "-timeout", "20s"}, args...)
+		argv := append([]string{"-addr", addr, "-volume", mtlsProbeVolume, "-zfs-pool", deploy.ZPool, "-server-name", node, "-timeout", "20s"}, args...)
 		out, err := fixture.Command(ctx, "agent-probe", probe, argv...)
 		if err != nil {
 			t.Fatalf("%s: %v", who, err)
@@ -250,13 +302,13 @@ func TestGeneratedMutualTLS(t *testing.T) {
 	// A refused handshake reaches the client as UNAVAILABLE.
 	refused("plaintext with the token", call("plaintext", "-token", token), "Unavailable")
 	refused("another name of the CA with the token", call("intruder", "-token", token, "-ca", ca, "-cert", ids["intruder"].cert, "-key", ids["intruder"].key), "Unavailable")
-	refused("the storage node's certificate with the token", call("node", "-token", token, "-ca", ca, "-cert", ids["node"].cert, "-key", ids["node"].key), "Unavailable")
+	refused("the storage node's certificate with the token", call("agent", "-token", token, "-ca", ca, "-cert", ids["agent"].cert, "-key", ids["agent"].key), "Unavailable")
 	refused("the controller's certificate with a made-up token", call("controller", "-token", strings.Repeat("m", 48), "-ca", ca, "-cert", ids["controller"].cert, "-key", ids["controller"].key), "Unauthenticated")
 	if got := call("control", "-token", token, "-ca", ca, "-cert", ids["controller"].cert, "-key", ids["controller"].key, "-calls", "ListExports"); got["ListExports"] != "OK" {
 		t.Errorf("the controller's certificate and token: ListExports %s, want OK (the refusals above would prove nothing)", got["ListExports"])
 	}
-	if ok, err := zvolExists(ctx, volume); err != nil || ok {
-		t.Errorf("zvol %s on the storage node after the strangers' CreateVolume: exists %v, %v", volume, ok, err)
+	if ok, err := zvolExists(ctx, mtlsProbeVolume); err != nil || ok {
+		t.Errorf("zvol %s on the storage node after the strangers' CreateVolume: exists %v, %v", mtlsProbeVolume, ok, err)
 	}
 	logs := kubectl(t, c, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "--tail=-1")
 	if !strings.Contains(logs, "TLS client refused") || !strings.Contains(logs, "intruder") {
