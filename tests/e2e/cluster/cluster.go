@@ -549,11 +549,18 @@ func (c *Cluster) ImportBusyboxWithTools(ctx context.Context, tools map[string]s
 // entrypoint, over the busybox applets, which give the shell and nsenter
 // the suite's host-exec pods run.
 func (c *Cluster) ImportAgnhost(ctx context.Context, agnhost string, refs ...string) error {
+	return c.ImportStatic(ctx, "agnhost", agnhost, refs...)
+}
+
+// ImportStatic builds and imports, under refs, an image of the static
+// binary bin as /name, its entrypoint, over the busybox applets (a shell
+// for kubectl exec and for the logs of a failed start).
+func (c *Cluster) ImportStatic(ctx context.Context, name, bin string, refs ...string) error {
 	if len(refs) == 0 {
-		return errors.New("import agnhost: no image references")
+		return fmt.Errorf("import %s: no image references", name)
 	}
-	out := c.dir("images", fmt.Sprintf("agnhost-%d.tar", len(c.Images)))
-	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/agnhost"}, imageFile{name: "agnhost", src: agnhost}); err != nil {
+	out := c.dir("images", fmt.Sprintf("%s-%d.tar", name, len(c.Images)))
+	if err := writeBusyboxImage(out, hostBusybox, c.busyboxApplets, refs, []string{"/" + name}, imageFile{name: name, src: bin}); err != nil {
 		return err
 	}
 	return c.importTestImage(ctx, out)

@@ -12,17 +12,26 @@
 // gives it a CA (-ca) and a client certificate (-cert, -key) to speak TLS
 // with. -calls limits the calls to some of the three. It exits 0 whatever
 // the codes are; 2 on a bad flag.
+//
+// With -connect it opens TCP connections instead, to each address of a
+// comma-separated list, and prints one line for each: "connect <addr> ok",
+// "refused", "timeout" or "error" (the error on standard error). It is
+// the tenant's pod of TestTenantEgressPolicy, which a NetworkPolicy keeps
+// off the storage nodes' ports.
 package main
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -45,7 +54,14 @@ func main() {
 	keyFile := flag.String("key", "", "PEM file of the client certificate's key")
 	serverName := flag.String("server-name", "", "the name the agent's certificate must carry (default: -addr's host)")
 	calls := flag.String("calls", "ListExports,CreateVolume,DeleteVolume", "comma-separated calls to make, in this order")
+	connect := flag.String("connect", "", "comma-separated host:port list to open TCP connections to, instead of calling the agent")
 	flag.Parse()
+	if *connect != "" {
+		for _, a := range strings.Split(*connect, ",") {
+			fmt.Printf("connect %s %s\n", a, dial(a, *timeout))
+		}
+		return
+	}
 	if *addr == "" {
 		fmt.Fprintln(os.Stderr, "agent-probe: -addr is required")
 		os.Exit(2)
@@ -100,6 +116,28 @@ func main() {
 			fmt.Fprintf(os.Stderr, "%s: %v\n", call.name, err)
 		}
 	}
+}
+
+// dial opens a TCP connection to addr and closes it, and says how that
+// went: ok, refused (the address answered with a reset), timeout (nothing
+// answered, as when a packet filter drops the connection) or error.
+func dial(addr string, timeout time.Duration) string {
+	conn, err := net.DialTimeout("tcp", addr, timeout)
+	switch {
+	case err == nil:
+		conn.Close()
+		return "ok"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused"
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	fmt.Fprintf(os.Stderr, "connect %s: %v\n", addr, err)
+	return "error"
 }
 
 // clientTLS is the TLS configuration of the -ca, -cert, -key and
