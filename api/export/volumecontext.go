@@ -283,7 +283,7 @@ func (n NodeID) validate(op string) error {
 		err = fmt.Errorf("%w: node name %q is not a Kubernetes node name (DNS subdomain)", ErrInvalidNodeID, n.NodeName)
 	case hostNQNReserved(n.HostNQN) != "":
 		err = fmt.Errorf("%w: host NQN contains %s: ',', '=' and whitespace are refused because the controller "+
-			"and its events carry host NQNs in comma-separated lists and key=value pairs, which such a character "+
+			"and its logs carry node IDs in comma-separated lists and key=value pairs, which such a character "+
 			"would split (make a new one with nvme gen-hostnqn)", ErrInvalidNodeID, hostNQNReserved(n.HostNQN))
 	case ValidateNQN(n.HostNQN) != nil:
 		err = fmt.Errorf("%w: host NQN: %w", ErrInvalidNodeID, errors.Unwrap(ValidateNQN(n.HostNQN)))

@@ -3,6 +3,7 @@ package controller
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -141,7 +142,13 @@ func publicationOf(req *csi.ControllerPublishVolumeRequest) (v1alpha1.Publicatio
 	mode, _ := accessModeOf(req.GetVolumeCapability())
 	node, err := export.ParseNodeID(req.GetNodeId())
 	if err != nil {
-		return v1alpha1.Publication{}, export.NodeID{}, status.Errorf(codes.NotFound, "node %q: %v", req.GetNodeId(), err)
+		// The node's name alone: the error reaches the pod's events.
+		msg := err.Error()
+		var e *export.Error
+		if errors.As(err, &e) {
+			msg = e.Err.Error()
+		}
+		return v1alpha1.Publication{}, export.NodeID{}, status.Errorf(codes.NotFound, "node %q: %s", nodeName(req.GetNodeId()), msg)
 	}
 	return v1alpha1.Publication{NodeID: req.GetNodeId(), HostNQN: v1alpha1.NQN(node.HostNQN), AccessMode: mode, ReadOnly: req.GetReadonly()}, node, nil
 }

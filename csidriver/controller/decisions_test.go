@@ -218,7 +218,7 @@ func TestPublicationOf(t *testing.T) {
 		{"unserved filesystem", req(volID, nodeA, capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "zfs"), false),
 			v1alpha1.Publication{}, "", codes.InvalidArgument, `filesystem "zfs" is not supported`},
 		{"a node ID without a host NQN", req(volID, "worker-a", rw, false), v1alpha1.Publication{}, "", codes.NotFound, `node "worker-a": `},
-		{"a node ID whose NQN is not one", req(volID, "worker-a/not-an-nqn", rw, false), v1alpha1.Publication{}, "", codes.NotFound, `node "worker-a/not-an-nqn": `},
+		{"a node ID whose NQN is not one", req(volID, "worker-a/not-an-nqn", rw, false), v1alpha1.Publication{}, "", codes.NotFound, `node "worker-a": invalid node ID: host NQN`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, node, err := publicationOf(c.req)

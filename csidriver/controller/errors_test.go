@@ -42,3 +42,32 @@ func TestAgentError(t *testing.T) {
 		}
 	}
 }
+
+// An agent's refusal that quotes a host NQN reaches the pod's events
+// through ControllerPublishVolume: withoutHost puts the node in its place
+// and keeps the code and the details.
+func TestWithoutHost(t *testing.T) {
+	const nqn = "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001"
+	fenced := agentv1.NewFencingError(&agentv1.FencingRejection{Reason: agentv1.FencingRejection_REASON_STALE_GENERATION, VolumeId: "v"}, "stale for "+nqn)
+	for _, in := range []error{
+		status.Error(codes.Internal, "mkdir /sys/kernel/config/nvmet/hosts/"+nqn+": invalid argument"),
+		fenced,
+	} {
+		out := withoutHost(in, nqn, "the host NQN of node worker-a")
+		if strings.Contains(out.Error(), nqn) || !strings.Contains(out.Error(), "the host NQN of node worker-a") {
+			t.Errorf("withoutHost(%v) = %v", in, out)
+		}
+		if status.Code(out) != status.Code(in) {
+			t.Errorf("withoutHost(%v): code %s, want %s", in, status.Code(out), status.Code(in))
+		}
+		if _, ok := agentv1.FencingRejectionOf(in); ok {
+			if _, ok := agentv1.FencingRejectionOf(out); !ok {
+				t.Errorf("withoutHost(%v) lost the fencing details", in)
+			}
+		}
+	}
+	plain := errors.New("not a status " + nqn)
+	if got := withoutHost(plain, nqn, "x"); got != plain {
+		t.Errorf("withoutHost of a non-status error = %v, want it unchanged", got)
+	}
+}

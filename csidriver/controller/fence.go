@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -104,6 +105,21 @@ func (s *Service) agentError(v *v1alpha1.PillarVolumeState, what string, err err
 		s.event(v, corev1.EventTypeWarning, v1alpha1.ReasonFencingRefused, "%s", status.Convert(mapped).Message())
 	}
 	return mapped
+}
+
+// withoutHost replaces the host NQN nqn in err's message with who: an
+// agent's refusal of AllowHost or DenyHost may quote the NQN (a configfs
+// path, a validation message), and ControllerPublishVolume's and
+// ControllerUnpublishVolume's errors reach the pod's events, which tenants
+// read. The code and details stay.
+func withoutHost(err error, nqn, who string) error {
+	st, ok := status.FromError(err)
+	if !ok || nqn == "" || !strings.Contains(st.Message(), nqn) {
+		return err
+	}
+	p := st.Proto()
+	p.Message = strings.ReplaceAll(p.Message, nqn, who)
+	return status.ErrorProto(p)
 }
 
 // mapAgentError maps an agent's error to the CSI error of a call on volume

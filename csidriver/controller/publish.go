@@ -68,7 +68,7 @@ func (s *Service) controllerPublishVolume(ctx context.Context, req *csi.Controll
 		}
 		if _, err := conn.Agent.AllowHost(ctx, &agentv1.AllowHostRequest{FencingToken: tok, VolumeId: id,
 			SubsystemNqn: subsystemNQN(v), HostNqn: node.HostNQN}); err != nil {
-			return s.agentError(v, "AllowHost", err)
+			return withoutHost(s.agentError(v, "AllowHost", err), node.HostNQN, "the host NQN of node "+node.NodeName)
 		}
 		return nil
 	})
@@ -122,7 +122,7 @@ func (s *Service) controllerUnpublishVolume(ctx context.Context, req *csi.Contro
 			for _, h := range u.deny {
 				if _, err := conn.Agent.DenyHost(ctx, &agentv1.DenyHostRequest{FencingToken: tok, VolumeId: id,
 					SubsystemNqn: subsystemNQN(v), HostNqn: h}); err != nil {
-					return s.agentError(v, "DenyHost", err)
+					return withoutHost(s.agentError(v, "DenyHost", err), h, "the host NQN of a node the volume was published to")
 				}
 			}
 		}

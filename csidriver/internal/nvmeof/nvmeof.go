@@ -153,7 +153,9 @@ func (in *Initiator) Connect(ctx context.Context, t Target, h Host, o export.Con
 		}
 	}
 	if err != nil {
-		return "", false, &Error{Op: "connect", Path: in.paths.Fabrics, Err: fmt.Errorf("%s: %w", opts, err)}
+		// The options without this host's NQN and ID: the error reaches
+		// the pod's events (kubelet's FailedMount), which tenants read.
+		return "", false, &Error{Op: "connect", Path: in.paths.Fabrics, Err: fmt.Errorf("%s: %w", OptionString(t, Host{}, o), err)}
 	}
 	var inst, cntlid int
 	if _, err := fmt.Sscanf(strings.TrimSpace(answer), "instance=%d,cntlid=%d", &inst, &cntlid); err != nil {

@@ -71,10 +71,16 @@ func TestConnectReusesAndDisconnectIsPerSubsystem(t *testing.T) {
 func TestConnectErrorsAndRace(t *testing.T) {
 	f := nvmeoftest.New(t)
 	in := f.Initiator()
-	_, _, err := in.Connect(context.Background(), target("pvc-1"), nvmeof.Host{}, export.ConnectOptions{})
+	host := nvmeof.Host{NQN: "nqn.2014-08.org.nvmexpress:uuid:aaaaaaaa-0000-4000-8000-000000000001", ID: "aaaaaaaa-0000-4000-8000-000000000001"}
+	_, _, err := in.Connect(context.Background(), target("pvc-1"), host, export.ConnectOptions{})
 	var e *nvmeof.Error
 	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, &e) || !strings.Contains(err.Error(), "nqn=") {
 		t.Fatalf("Connect to nothing = %v", err)
+	}
+	// The error reaches the pod's events: it names the target, not this
+	// host's NQN or ID.
+	if strings.Contains(err.Error(), host.NQN) || strings.Contains(err.Error(), host.ID) {
+		t.Errorf("Connect to nothing = %v: it names the host", err)
 	}
 	// EALREADY: another connect won; its controller is used.
 	f.Export("pvc-1", "192.0.2.10", 4420, 1<<30)
