@@ -42,7 +42,11 @@ const leakClaimSize = "64Mi"
 // filled first, so the new LV must take exactly the deleted one's extents
 // (checked with lvs): without the agent's zeroing it would read the mark.
 // On ZFS and thin LVM, where the pool decides which blocks a volume gets,
-// the new volume is read whole in the same way.
+// the new volume is read whole in the same way; there the check cannot
+// fail by itself (a new zvol or thin LV reads zeroes where it was never
+// written; the thin pool's leak needs a partial chunk write, which
+// tests/kernel/backends' TestLVMLeakWithoutZeroing makes), and it stands
+// for what a tenant of those stores sees.
 func TestBlockClaimsReadNoOldData(t *testing.T) {
 	c := setup(t)
 	const linear = "lvm-linear"
