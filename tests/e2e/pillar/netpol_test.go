@@ -108,10 +108,7 @@ func TestTenantEgressPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	storage := deploy.StorageNode(c)
-	ip := kubectl(t, c, "get", "node", storage, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
-	if net.ParseIP(ip) == nil {
-		t.Fatalf("the storage node's InternalIP %q", ip)
-	}
+	ip := storageIP(t, c)
 
 	// kube-network-policies queues a policed pod's new connections to
 	// user space (nfnetlink_queue, nft_queue): load both on the worker.

@@ -109,7 +109,7 @@ func TestCertManagerMutualTLS(t *testing.T) {
 
 	// The agent serves the certificate of its Secret.
 	node := deploy.StorageNode(c)
-	ip := kubectl(t, c, "get", "node", node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	ip := storageIP(t, c)
 	addr := net.JoinHostPort(ip, strconv.Itoa(agentPort))
 	agentSerial := secretSerial(t, c, cmAgentSecret)
 	controllerSerial := secretSerial(t, c, cmControllerSecret)

@@ -63,8 +63,7 @@ func TestAgentRefusesStrangers(t *testing.T) {
 	if _, err := os.Stat(probe); err != nil {
 		t.Fatalf("%v (make cluster-tools builds it)", err)
 	}
-	node := deploy.StorageNode(c)
-	ip := kubectl(t, c, "get", "node", node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	ip := storageIP(t, c)
 	addr := net.JoinHostPort(ip, strconv.Itoa(agentPort))
 	madeUp := strings.Repeat("m", 48)
 	const volume = "pvc-agent-probe"
@@ -243,7 +242,7 @@ func strangersRefused(t *testing.T, c *cluster.Cluster, agentSecret string) {
 	ctx := context.Background()
 	probe := filepath.Join(lab.root, "bin", "agent-probe")
 	node := deploy.StorageNode(c)
-	ip := kubectl(t, c, "get", "node", node, "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	ip := storageIP(t, c)
 	addr := net.JoinHostPort(ip, strconv.Itoa(agentPort))
 
 	// The material the strangers use: the installation's token, the

@@ -5,8 +5,10 @@ package pillar_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
@@ -105,4 +107,15 @@ func zvolExists(ctx context.Context, id string) (bool, error) {
 func lvExists(ctx context.Context, id string) (bool, error) {
 	out, err := onStorage(ctx, lab.c, "lvs", "lvm", "lvs", "--config", fixture.LVMConfig, "--noheadings", "-o", "lv_name", deploy.VG)
 	return strings.Contains(out, id), err
+}
+
+// storageIP is the storage node's InternalIP, the address its agent and
+// its NVMe/TCP port listen on.
+func storageIP(t *testing.T, c *cluster.Cluster) string {
+	t.Helper()
+	ip := kubectl(t, c, "get", "node", deploy.StorageNode(c), "-o", `jsonpath={.status.addresses[?(@.type=="InternalIP")].address}`)
+	if net.ParseIP(ip) == nil {
+		t.Fatalf("the storage node's InternalIP %q", ip)
+	}
+	return ip
 }
