@@ -35,38 +35,14 @@ var generatedNames = map[string][]string{
 // a CA that no pod mounts.
 func checkGeneratedTLS(t *testing.T, r *rendered, n objectNames) {
 	t.Helper()
-	if r.has("DaemonSet", n.agent) {
-		t.Errorf("DaemonSet %s rendered: with tls.mode generated every storage node has its own", n.agent)
+	secrets := map[string]string{}
+	for node := range generatedNames {
+		secrets[node] = n.fullname + "-agent-tls-" + node
 	}
+	checkPerNodeAgents(t, r, n, secrets)
 	ca := secretCA(t, get[corev1.Secret](t, r, "Secret", n.fullname+"-ca"))
 	for node, names := range generatedNames {
-		ds := n.agent + "-" + node
-		secret := n.fullname + "-agent-tls-" + node
-		checkAgentDaemonSet(t, r, n, ds, secret, []string{"^/dev/zd", "^/dev/nvme"})
-		d := get[appsv1.DaemonSet](t, r, "DaemonSet", ds)
-		if got := d.Spec.Selector.MatchLabels["pillar-csi.io/storage-node"]; got != node {
-			t.Errorf("DaemonSet %s selects storage-node %q, want %q: two DaemonSets would fight over one pod", ds, got, node)
-		}
-		pin := []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}
-		aff := d.Spec.Template.Spec.Affinity
-		if aff == nil || aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
-			t.Errorf("DaemonSet %s is not pinned to node %s", ds, node)
-		} else if diff := cmp.Diff(pin, aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms); diff != "" {
-			t.Errorf("DaemonSet %s node affinity (-want +got):\n%s", ds, diff)
-		}
-		var secrets []string
-		for _, v := range d.Spec.Template.Spec.Volumes {
-			if v.Secret != nil {
-				secrets = append(secrets, v.Secret.SecretName)
-			}
-		}
-		want := []string{n.fullname + "-agent-token", secret}
-		slices.Sort(secrets)
-		slices.Sort(want)
-		if diff := cmp.Diff(want, secrets); diff != "" {
-			t.Errorf("DaemonSet %s mounts Secrets (-want +got):\n%s", ds, diff)
-		}
-
+		secret := secrets[node]
 		s := get[corev1.Secret](t, r, "Secret", secret)
 		leaf := secretLeaf(t, s, ca)
 		for _, name := range names {
@@ -107,6 +83,53 @@ func checkGeneratedTLS(t *testing.T, r *rendered, n objectNames) {
 			if bytes.Contains(spec, []byte(`"`+n.fullname+`-ca"`)) {
 				t.Errorf("%s %s references the CA Secret: only helm may read its key", kind, o.GetName())
 			}
+		}
+	}
+}
+
+// checkPerNodeAgents asserts one agent DaemonSet for each storage node
+// of secrets (node name to its serving certificate's Secret) and none
+// shared: each pinned to its node, selecting only its own pod, and
+// mounting its node's Secret and the token, no other.
+func checkPerNodeAgents(t *testing.T, r *rendered, n objectNames, secrets map[string]string) {
+	t.Helper()
+	if r.has("DaemonSet", n.agent) {
+		t.Errorf("DaemonSet %s rendered: every storage node has its own", n.agent)
+	}
+	var agents int
+	for _, o := range r.find("DaemonSet") {
+		if o.GetLabels()["app.kubernetes.io/component"] == "agent" {
+			agents++
+		}
+	}
+	if agents != len(secrets) {
+		t.Errorf("%d agent DaemonSets, want one for each of the %d storage nodes", agents, len(secrets))
+	}
+	for node, secret := range secrets {
+		ds := n.agent + "-" + node
+		checkAgentDaemonSet(t, r, n, ds, secret, []string{"^/dev/zd", "^/dev/nvme"})
+		d := get[appsv1.DaemonSet](t, r, "DaemonSet", ds)
+		if got := d.Spec.Selector.MatchLabels["pillar-csi.io/storage-node"]; got != node {
+			t.Errorf("DaemonSet %s selects storage-node %q, want %q: two DaemonSets would fight over one pod", ds, got, node)
+		}
+		pin := []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}
+		aff := d.Spec.Template.Spec.Affinity
+		if aff == nil || aff.NodeAffinity == nil || aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+			t.Errorf("DaemonSet %s is not pinned to node %s", ds, node)
+		} else if diff := cmp.Diff(pin, aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms); diff != "" {
+			t.Errorf("DaemonSet %s node affinity (-want +got):\n%s", ds, diff)
+		}
+		var mounted []string
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Secret != nil {
+				mounted = append(mounted, v.Secret.SecretName)
+			}
+		}
+		want := []string{n.fullname + "-agent-token", secret}
+		slices.Sort(mounted)
+		slices.Sort(want)
+		if diff := cmp.Diff(want, mounted); diff != "" {
+			t.Errorf("DaemonSet %s mounts Secrets (-want +got):\n%s", ds, diff)
 		}
 	}
 }

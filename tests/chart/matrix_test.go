@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,6 +39,22 @@ var storageNodes = []any{
 	map[string]any{"name": "storage-2", "nodeName": "storage-2", "address": "192.0.2.20"},
 	map[string]any{"name": "storage-3", "address": "storage-3.example.net", "port": 9500},
 }
+
+// certManagerNodes are the storage nodes of the tls.mode certManager
+// case, and certManagerNames what each node's certificate must name (DNS
+// names, then IP addresses) and no other node's may.
+var (
+	certManagerNodes = []any{
+		map[string]any{"name": "storage-1", "nodeName": "storage-1"},
+		map[string]any{"name": "storage-2", "nodeName": "storage-2", "address": "192.0.2.20"},
+		map[string]any{"name": "storage-4", "nodeName": "storage-4", "address": "storage-4.example.net", "serverName": "agent-4.example.net"},
+	}
+	certManagerNames = map[string][2][]string{
+		"storage-1": {{"storage-1"}, nil},
+		"storage-2": {{"storage-2"}, {"192.0.2.20"}},
+		"storage-4": {{"storage-4", "storage-4.example.net", "agent-4.example.net"}, nil},
+	}
+)
 
 func matrix() []matrixCase {
 	def := release{name: "pillar-csi", namespace: "pillar-csi"}
@@ -90,13 +107,14 @@ func matrix() []matrixCase {
 				}
 			}},
 		{name: "cert-manager mTLS", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
-			"tls":          map[string]any{"mode": "certManager", "certManager": map[string]any{"extraIPAddresses": []any{"198.51.100.7"}}},
-			"storageNodes": storageNodes,
+			"tls":          map[string]any{"mode": "certManager"},
+			"storageNodes": certManagerNodes,
 		}}, check: func(t *testing.T, r *rendered) {
 			n := names("pillar-csi")
 			checkCommon(t, r, n, defaultImages("0.1.0"), "/var/lib/kubelet")
-			checkAgent(t, r, n, "pillar-csi-agent-tls", []string{"^/dev/zd", "^/dev/nvme"})
-			checkPillarAgents(t, r, "pillar-csi-controller-client-tls", "pillar-csi")
+			checkPerNodeAgents(t, r, n, map[string]string{"storage-1": "pillar-csi-agent-tls-storage-1", "storage-2": "pillar-csi-agent-tls-storage-2",
+				"storage-4": "pillar-csi-agent-tls-storage-4"})
+			checkPillarAgents(t, r, "pillar-csi-controller-client-tls", "pillar-csi", "storage-1", "storage-2", "storage-4")
 			checkCertManager(t, r)
 		}},
 		{name: "chart-generated mTLS", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
@@ -107,7 +125,22 @@ func matrix() []matrixCase {
 			checkCommon(t, r, n, defaultImages("0.1.0"), "/var/lib/kubelet")
 			checkGeneratedTLS(t, r, n)
 		}},
-		{name: "Secret mTLS", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
+		{name: "Secret mTLS, a Secret per storage node", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
+			"tls": map[string]any{"mode": "secret", "secret": map[string]any{"controllerSecretName": "my-controller-tls"}},
+			"storageNodes": []any{
+				map[string]any{"name": "storage-1", "nodeName": "storage-1", "agentSecretName": "tls-of-storage-1"},
+				map[string]any{"name": "storage-2", "nodeName": "storage-2", "address": "192.0.2.20", "agentSecretName": "tls-of-storage-2"},
+			},
+		}}, check: func(t *testing.T, r *rendered) {
+			n := names("pillar-csi")
+			checkCommon(t, r, n, defaultImages("0.1.0"), "/var/lib/kubelet")
+			checkPerNodeAgents(t, r, n, map[string]string{"storage-1": "tls-of-storage-1", "storage-2": "tls-of-storage-2"})
+			checkPillarAgents(t, r, "my-controller-tls", "pillar-csi", "storage-1", "storage-2")
+			if got := r.find("Certificate"); len(got) != 0 {
+				t.Errorf("%d Certificates rendered with tls.mode secret", len(got))
+			}
+		}},
+		{name: "Secret mTLS, one Secret for all agents", rel: release{name: "pillar-csi", namespace: "pillar-csi", values: map[string]any{
 			"tls": map[string]any{"mode": "secret", "secret": map[string]any{
 				"agentSecretName": "my-agent-tls", "controllerSecretName": "my-controller-tls"}},
 			"storageNodes": storageNodes,
@@ -746,9 +779,10 @@ func checkHostPod(t *testing.T, what string, pod corev1.PodSpec, sa string, r *r
 	}
 }
 
-// checkPillarAgents asserts the PillarAgents of storageNodes; secret is
+// checkPillarAgents asserts the PillarAgents of the storage nodes named
+// in only (default: those of storageNodes); secret is
 // the controller's client Secret, or "" for plaintext.
-func checkPillarAgents(t *testing.T, r *rendered, secret, namespace string) {
+func checkPillarAgents(t *testing.T, r *rendered, secret, namespace string, only ...string) {
 	t.Helper()
 	var tls = func(serverName string) *v1alpha1.AgentTLS {
 		if secret == "" {
@@ -761,7 +795,12 @@ func checkPillarAgents(t *testing.T, r *rendered, secret, namespace string) {
 		"storage-1": {NodeName: "storage-1", Port: 9420, TLS: tls("storage-1")},
 		"storage-2": {NodeName: "storage-2", Address: "192.0.2.20", Port: 9420, TLS: tls("")},
 		"storage-3": {Address: "storage-3.example.net", Port: 9500, TLS: tls("")},
+		"storage-4": {NodeName: "storage-4", Address: "storage-4.example.net", Port: 9420, TLS: tls("agent-4.example.net")},
 	}
+	if len(only) == 0 {
+		only = []string{"storage-1", "storage-2", "storage-3"} // storageNodes
+	}
+	maps.DeleteFunc(want, func(name string, _ v1alpha1.PillarAgentSpec) bool { return !slices.Contains(only, name) })
 	got := map[string]v1alpha1.PillarAgentSpec{}
 	for _, o := range r.find("PillarAgent") {
 		a := get[v1alpha1.PillarAgent](t, r, "PillarAgent", o.GetName())
@@ -814,15 +853,22 @@ func checkCertManager(t *testing.T, r *rendered) {
 	if !ca.Spec.IsCA || ca.Spec.IssuerRef.Name != "pillar-csi-selfsigned" || ca.Spec.SecretName != "pillar-csi-ca" {
 		t.Errorf("CA Certificate %+v", ca.Spec)
 	}
-	agent := loose("pillar-csi-agent-tls")
-	if agent.Spec.SecretName != "pillar-csi-agent-tls" || agent.Spec.IssuerRef.Name != "pillar-csi-ca" || !slices.Contains(agent.Spec.Usages, "server auth") {
-		t.Errorf("agent Certificate %+v", agent.Spec)
+	if r.has("Certificate", "pillar-csi-agent-tls") {
+		t.Error("Certificate pillar-csi-agent-tls rendered: every storage node has its own")
 	}
-	if diff := cmp.Diff([]string{"storage-1", "storage-2", "storage-3.example.net"}, agent.Spec.DNSNames); diff != "" {
-		t.Errorf("agent certificate DNS names (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"192.0.2.20", "198.51.100.7"}, agent.Spec.IPAddresses); diff != "" {
-		t.Errorf("agent certificate IP addresses (-want +got):\n%s", diff)
+	for node, names := range certManagerNames {
+		agent := loose("pillar-csi-agent-tls-" + node)
+		if agent.Spec.SecretName != "pillar-csi-agent-tls-"+node || agent.Spec.IssuerRef.Name != "pillar-csi-ca" ||
+			!slices.Equal(agent.Spec.Usages, []string{"server auth", "digital signature"}) || agent.Spec.CommonName != node {
+			t.Errorf("%s's Certificate %+v", node, agent.Spec)
+		}
+		// Its own names and no other node's.
+		if diff := cmp.Diff(names[0], agent.Spec.DNSNames); diff != "" {
+			t.Errorf("%s's certificate DNS names (-want +got):\n%s", node, diff)
+		}
+		if diff := cmp.Diff(names[1], agent.Spec.IPAddresses); diff != "" {
+			t.Errorf("%s's certificate IP addresses (-want +got):\n%s", node, diff)
+		}
 	}
 	client := loose("pillar-csi-controller-client-tls")
 	if client.Spec.SecretName != "pillar-csi-controller-client-tls" || client.Spec.IssuerRef.Name != "pillar-csi-ca" || !slices.Contains(client.Spec.Usages, "client auth") {

@@ -24,9 +24,9 @@ import (
 
 // The Secrets cert-manager writes for the chart's certManager mode
 // (templates/tls-certmanager.yaml); each is its Certificate's name too.
+// Each storage node's serving certificate is <release>-agent-tls-<node>.
 var (
 	cmCASecret         = deploy.Release + "-ca"
-	cmAgentSecret      = deploy.Release + "-agent-tls"
 	cmControllerSecret = deploy.Release + "-controller-client-tls"
 )
 
@@ -48,6 +48,8 @@ var (
 func TestCertManagerMutualTLS(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
+	node := deploy.StorageNode(c)
+	cmAgentSecret := deploy.Release + "-agent-tls-" + node
 	bin := filepath.Join(lab.root, "bin")
 	crds := filepath.Join(bin, "certmanager-crds")
 	if _, err := os.Stat(filepath.Join(crds, "cert-manager.io_certificates.yaml")); err != nil {
@@ -107,8 +109,14 @@ func TestCertManagerMutualTLS(t *testing.T) {
 	waitSucceeded(t, c, ns, "rw")
 	strangersRefused(t, c, cmAgentSecret)
 
+	// The storage node's own agent DaemonSet, mounting its own Secret.
+	ds := deploy.Release + "-agent-" + node
+	if got := kubectl(t, c, "get", "daemonset", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent",
+		"-o", `jsonpath={range .items[*]}{.metadata.name} {.spec.template.spec.volumes[?(@.name=="tls")].secret.secretName}{end}`); got != ds+" "+cmAgentSecret {
+		t.Fatalf("agent DaemonSets and their TLS Secrets %q, want only %s mounting %s", got, ds, cmAgentSecret)
+	}
+
 	// The agent serves the certificate of its Secret.
-	node := deploy.StorageNode(c)
 	ip := storageIP(t, c)
 	addr := net.JoinHostPort(ip, strconv.Itoa(agentPort))
 	agentSerial := secretSerial(t, c, cmAgentSecret)
@@ -132,6 +140,14 @@ func TestCertManagerMutualTLS(t *testing.T) {
 		return n >= 3, fmt.Sprintf("%d ticks", n)
 	})
 	before := len(ticks())
+
+	// The agent's and the controller's pods, which must see the rotation
+	// through without a restart.
+	pods := func() string {
+		return kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component in (agent,controller)",
+			"-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.uid} {.status.containerStatuses[*].restartCount}{"\n"}{end}`)
+	}
+	podsBefore := pods()
 
 	// The rotation: both certificates re-issued, as cmctl renew asks.
 	t0 := time.Now()
@@ -174,6 +190,9 @@ func TestCertManagerMutualTLS(t *testing.T) {
 		n := len(ticks())
 		return n >= rotated+3, fmt.Sprintf("%d ticks (%d before the rotation, %d when it was done)", n, before, rotated)
 	})
+	if after := pods(); after != podsBefore {
+		t.Errorf("the agent's or the controller's pods changed or restarted in the rotation:\nbefore\n%s\nafter\n%s", podsBefore, after)
+	}
 	if st := kubectl(t, c, "get", "pod", "-n", ns, writer, "-o", "jsonpath={.status.phase} {.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready}"); st != "Running 0 true" {
 		t.Errorf("the writer after the rotation: phase, restarts, ready %q, want Running 0 true", st)
 	}

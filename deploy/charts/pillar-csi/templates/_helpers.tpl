@@ -66,25 +66,57 @@ image is pulled by it: what was pushed, whatever the tag says now. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* Secret with the serving certificate every agent shares, or "" without
-mTLS and with tls.mode generated, where each storage node has its own
-(pillar-csi.agentNodeTLSSecret). */}}
+{{/* Secret with the serving certificate every agent shares: only
+tls.secret.agentSecretName under tls.mode secret. "" without mTLS and
+wherever each storage node has its own (pillar-csi.agentPerNode). */}}
 {{- define "pillar-csi.agentTLSSecret" -}}
-{{- if eq .Values.tls.mode "certManager" -}}
-{{ include "pillar-csi.fullname" . }}-agent-tls
-{{- else if eq .Values.tls.mode "secret" -}}
-{{ required "tls.secret.agentSecretName is required when tls.mode is secret" .Values.tls.secret.agentSecretName }}
+{{- if eq .Values.tls.mode "secret" -}}
+{{ .Values.tls.secret.agentSecretName }}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when each storageNodes entry gets its own agent DaemonSet and
+serving certificate: tls.mode generated and certManager always, secret
+unless one Secret for all (tls.secret.agentSecretName) is given. Fails on
+entries that cannot have one. */}}
+{{- define "pillar-csi.agentPerNode" -}}
+{{- $mode := .Values.tls.mode -}}
+{{- $shared := and (eq $mode "secret") .Values.tls.secret.agentSecretName -}}
+{{- range .Values.storageNodes }}
+{{- if and .agentSecretName (ne $mode "secret") }}
+{{- fail (printf "storageNodes entry %q has an agentSecretName, which only tls.mode secret uses (tls.mode is %s)" .name $mode) }}
+{{- end }}
+{{- if and .agentSecretName $shared }}
+{{- fail (printf "tls.mode secret: storageNodes entry %q has its own agentSecretName and tls.secret.agentSecretName is set too: give each node its own Secret, or one for all" .name) }}
+{{- end }}
+{{- end }}
+{{- if and (has $mode (list "generated" "certManager" "secret")) (not $shared) }}
+{{- if not .Values.storageNodes }}
+{{- if eq $mode "secret" }}
+{{- fail "tls.mode secret: list the storage nodes in storageNodes, each with its agentSecretName (or set tls.secret.agentSecretName, one Secret for all)" }}
+{{- end }}
+{{- fail (printf "tls.mode %s: list the storage nodes in storageNodes; each gets its own serving certificate and agent DaemonSet" $mode) }}
+{{- end }}
+{{- range .Values.storageNodes }}
+{{- if not .nodeName }}
+{{- fail (printf "tls.mode %s: storageNodes entry %q has no nodeName: its agent DaemonSet and certificate are made for that node" $mode .name) }}
+{{- end }}
+{{- if and (eq $mode "secret") (not .agentSecretName) }}
+{{- fail (printf "tls.mode secret: storageNodes entry %q has no agentSecretName, the Secret with its serving certificate (or set tls.secret.agentSecretName, one Secret for all)" .name) }}
+{{- end }}
+{{- end -}}
+true
 {{- end -}}
 {{- end -}}
 
 {{/* Secret with one storage node's serving certificate under tls.mode
-generated: pass (list $ nodeName). */}}
+generated and certManager: pass (list $ nodeName). */}}
 {{- define "pillar-csi.agentNodeTLSSecret" -}}
 {{- printf "%s-agent-tls-%s" (include "pillar-csi.fullname" (index . 0)) (index . 1) | trunc 253 | trimSuffix "-" | trimSuffix "." -}}
 {{- end -}}
 
-{{/* The agent DaemonSet of one storage node under tls.mode generated:
-pass (list $ nodeName). Names longer than 63 characters end in a hash of
+{{/* The agent DaemonSet of one storage node where each has its own
+(pillar-csi.agentPerNode): pass (list $ nodeName). Names longer than 63 characters end in a hash of
 the node's name, so that two long node names never give one name. */}}
 {{- define "pillar-csi.agentNodeName" -}}
 {{- $n := printf "%s-%s" (include "pillar-csi.agentName" (index . 0)) (index . 1) -}}
