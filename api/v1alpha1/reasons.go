@@ -145,6 +145,9 @@ const (
 	// ReasonExpanded: the volume was expanded.
 	ReasonExpanded = "Expanded"
 	// ReasonUnexported: the volume is being deleted and its export is gone.
+	//
+	// Deprecated: no longer written; DeleteVolume removes the export and
+	// the volume in one agent call.
 	ReasonUnexported = "Unexported"
 )
 

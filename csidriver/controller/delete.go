@@ -66,23 +66,12 @@ func (s *Service) teardown(ctx context.Context, v *v1alpha1.PillarVolumeState) e
 	if err != nil {
 		return err
 	}
-	if v.Status.Exported && v.Spec.Export != nil {
-		tok, err := s.issue(ctx, v)
-		if err != nil {
-			return err
-		}
-		if _, err := conn.Agent.UnexportVolume(ctx, &agentv1.UnexportVolumeRequest{FencingToken: tok, VolumeId: v.Name, SubsystemNqn: subsystemNQN(v)}); err != nil {
-			return s.agentError(v, "UnexportVolume", err)
-		}
-		v.Status.Exported = false
-		if err := s.writeStatus(ctx, v, v1alpha1.ReasonUnexported, "being deleted: the export is removed"); err != nil {
-			return err
-		}
-	}
-	// DeleteVolume at the agent also when the record never saw the backend
-	// volume confirmed: a create may have reached the agent before the
-	// crash that kept its answer from being recorded. Its End leaves a
-	// tombstone that refuses such a create arriving late.
+	// One agent call: the agent's DeleteVolume removes the export (the
+	// subsystem of the volume's ID, the one the record names) before the
+	// volume, since nvmet holds the device open. No status write is
+	// needed between them: nothing re-exports a record that is being
+	// deleted (recover.go, decisions.go), and the agent refuses any call
+	// of an older token once the End was admitted.
 	tok, err := s.issue(ctx, v)
 	if err != nil {
 		return err

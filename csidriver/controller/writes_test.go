@@ -99,7 +99,7 @@ func countingService(t *testing.T) (*controller.Service, *recordCalls) {
 }
 
 // TestRecordWrites: a claim's volume costs three writes of its record from
-// CreateVolume to a published volume: the record itself, its status once
+// CreateVolume to a published volume, and three for DeleteVolume: the record itself, its status once
 // the volume is exported (one token for the create and the export), and
 // the publication's compare-and-swap, which issues the publication's
 // token; and no read of it from the API server, the publication starting
@@ -127,6 +127,25 @@ func TestRecordWrites(t *testing.T) {
 	}
 	if v := record(t, id); v.Spec.PublicationGeneration != 2 || len(v.Spec.Publications) != 1 {
 		t.Errorf("after the publication: generation %d, publications %v; want 2 and node A", v.Spec.PublicationGeneration, v.Spec.Publications)
+	}
+	if _, err := s.ControllerUnpublishVolume(ctx, &csi.ControllerUnpublishVolumeRequest{VolumeId: id, NodeId: nodeA}); err != nil {
+		t.Fatal(err)
+	}
+	calls.take()
+	// DeleteVolume: the record marked deleted, the token of the one agent
+	// call that removes export and volume, the finalizer dropped; no
+	// separate unexport and no status write between.
+	if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.take(); n["write"] != 3 {
+		t.Errorf("DeleteVolume: %d writes of the record, want 3 (%v)", n["write"], n)
+	}
+	if u := agent.Presented("UnexportVolume", id); len(u) != 0 {
+		t.Errorf("DeleteVolume called UnexportVolume with generations %v: the agent's DeleteVolume removes the export", u)
+	}
+	if _, ok := agent.Exports()[id]; ok {
+		t.Error("the export is still there after DeleteVolume")
 	}
 }
 

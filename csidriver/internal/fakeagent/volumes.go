@@ -227,9 +227,8 @@ func (s *service) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeReq
 func (s *service) DeleteVolume(ctx context.Context, req *agentv1.DeleteVolumeRequest) (*agentv1.DeleteVolumeResponse, error) {
 	a := s.a
 	err := a.fenced(ctx, "DeleteVolume", req.GetVolumeId(), fencing.KindEnd, req.GetFencingToken(), func() error {
-		if _, ok := a.exports[req.GetVolumeId()]; ok {
-			return status.Errorf(codes.FailedPrecondition, "volume %s is still exported", req.GetVolumeId())
-		}
+		// As pillar-agent: the export goes first, then the volume.
+		delete(a.exports, req.GetVolumeId())
 		delete(a.volumes, req.GetVolumeId())
 		return nil
 	})
