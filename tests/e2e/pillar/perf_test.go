@@ -3,11 +3,13 @@
 package pillar_test
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -17,39 +19,70 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
+	"github.com/pillar-csi/pillar-csi/tests/e2e/perfplot"
 )
 
-// The sizes of TestPerformance's two parts; make e2e-perf runs the
-// defaults.
+// What TestPerformance runs; make e2e-perf runs the defaults.
 var (
-	perfSequential = flag.Int("perf.sequential", 20, "TestPerformance: claims bound and pods started one after another")
-	perfParallel   = flag.Int("perf.parallel", 50, "TestPerformance: claims and pods created at once")
+	perfSequential = flag.Int("perf.sequential", 20, "TestPerformance: claims bound and pods started one after another, per driver")
+	perfBursts     = flag.String("perf.bursts", "50,100", "TestPerformance: sizes of the bursts of claims without pods, comma-separated")
+	perfPods       = flag.Int("perf.pods", 50, "TestPerformance: claims with their pods created at once (0: none)")
+	perfDrivers    = flag.String("perf.drivers", "pillar-csi,floor,local-path", "TestPerformance: the drivers measured, comma-separated, of pillar-csi, floor, local-path")
 )
 
-// perfClaimSize is small on purpose: TestPerformance measures the
-// driver's and the cluster's steps, not mkfs on large devices, and 50
-// claims must fit the lab's 4 GiB pool.
-const perfClaimSize = "32Mi"
+// Claim sizes are small on purpose: TestPerformance measures the
+// drivers' and the cluster's steps, not mkfs on large devices. A burst of
+// claims without pods is formatted by no one; 100 of them and 50 with
+// pods each fit the lab's 4 GiB pool.
+const (
+	perfClaimSize  = "32Mi"
+	perfBurstSize  = "16Mi"
+	perfFigureFile = "bin/perf/perf.md"
+	perfPictureDir = "bin/perf"
+)
 
 // perfPodScript writes a little through the volume, so that a Running pod
 // has a filesystem that works, and stays up.
 const perfPodScript = `set -e; echo ok > /data/ok; sync; sleep 3600`
 
-// TestPerformance measures what a user waits for, against what the
-// cluster itself costs:
+// perfDriver is a driver TestPerformance measures: its name in the
+// results and the StorageClass its claims use (each binds Immediate).
+type perfDriver struct{ name, class string }
+
+var perfAll = []perfDriver{{"pillar-csi", "zfs-nvmeof"}, {"floor", floorClass}, {"local-path", localPathClass}}
+
+// perfResult is one driver's figures in one part of TestPerformance.
+type perfResult struct {
+	part, driver string
+	n            int
+	bound        []time.Duration // each claim created → Bound
+	running      []time.Duration // each pod created → Running
+	deleted      time.Duration   // claims deleted → every PV gone
+	warnings     int             // Warning events in the namespace
+}
+
+// TestPerformance measures what a user waits for, for pillar-csi and,
+// in the same cluster boot and in turns, for the floor driver and
+// local-path-provisioner (floor_test.go), the cluster's own cost and the
+// provisioner many small clusters use:
 //
-//   - one after another (-perf.sequential, default 20): a claim of the
-//     generated zfs-nvmeof class created → Bound, then a pod using it
-//     created → Running; p50 and p99 of each, and of a pod with a hostPath
-//     volume created → Running in the same cluster (the baseline);
-//   - at once (-perf.parallel, default 50): that many claims and pods in
-//     one kubectl apply, the time until every claim is Bound and every pod
-//     Running, against the same number of hostPath pods at once; nothing
-//     may fail. Then the time until every PersistentVolume is gone after
-//     the claims are deleted, and no zvol is left.
+//   - one after another (-perf.sequential, default 20): a claim created →
+//     Bound, then a pod using it created → Running; p50 and p99 of each;
+//     a pod with a hostPath volume created → Running is the pods' baseline;
+//   - bursts of claims without pods (-perf.bursts, default 50 and 100),
+//     all in one kubectl apply: the time until each is Bound;
+//   - a burst of claims with their pods (-perf.pods, default 50): the time
+//     until each claim is Bound and each pod Running, against as many
+//     hostPath pods at once;
+//   - after each part, the claims deleted: the time until every
+//     PersistentVolume is gone; no zvol may be left.
 //
-// The times are taken the way the other tests take them (kubectl wait
-// and polls from inside the guest), so they include kubectl's own start.
+// Nothing may fail: a failed pod fails the test, and each part counts
+// the Warning events of its namespace. The times are taken the way the
+// other tests take them (kubectl wait and 2 s polls from inside the
+// guest), so they include kubectl's own start. The table of every figure,
+// with each driver's ratio to the floor's, goes to the log and to
+// bin/perf/perf.md, the picture of the bursts to bin/perf/*.svg.
 func TestPerformance(t *testing.T) {
 	c := setup(t)
 	ctx := context.Background()
@@ -57,72 +90,162 @@ func TestPerformance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var drivers []perfDriver
+	for _, name := range strings.Split(*perfDrivers, ",") {
+		i := slices.IndexFunc(perfAll, func(d perfDriver) bool { return d.name == name })
+		if i < 0 {
+			t.Fatalf("-perf.drivers: unknown driver %q", name)
+		}
+		drivers = append(drivers, perfAll[i])
+	}
+	var bursts []int
+	for _, f := range strings.Split(*perfBursts, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			t.Fatalf("-perf.bursts: %q is not a count", f)
+		}
+		bursts = append(bursts, n)
+	}
+	for _, d := range drivers {
+		switch d.name {
+		case "floor":
+			installFloor(t, c)
+		case "local-path":
+			installLocalPath(t, c)
+		}
+	}
+	var results []perfResult
+	keep := func(r perfResult) {
+		results = append(results, r)
+		t.Logf("measured: %s", r)
+	}
+	defer func() { writePerf(t, results) }()
 
-	t.Run("sequential", func(t *testing.T) {
-		n := *perfSequential
-		ns := testNamespace(t, c)
-		dir := hostPathDir(t)
-		var bound, running, baseline []time.Duration
-		for i := range n {
+	if n := *perfSequential; n > 0 {
+		t.Run("sequential", func(t *testing.T) {
+			ns := testNamespace(t, c)
+			dir := hostPathDir(t)
+			var baseline []time.Duration
+			for i := range n {
+				t0 := time.Now()
+				apply(t, c, pod(ns, fmt.Sprintf("hostpath-%02d", i), perfPodScript, fmt.Sprintf("hostPath: {path: %s, type: Directory}", dir), false))
+				wait(t, c, ns, fmt.Sprintf("pod/hostpath-%02d", i), "condition=Ready", 5*time.Minute)
+				baseline = append(baseline, time.Since(t0))
+			}
+			deletePods(t, c, ns)
+			keep(perfResult{part: fmt.Sprintf("%d one after another", n), driver: "hostPath pod", n: n, running: baseline})
+			for _, d := range drivers {
+				r := perfResult{part: fmt.Sprintf("%d one after another", n), driver: d.name, n: n}
+				for i := range n {
+					name := fmt.Sprintf("%s-%02d", d.name, i)
+					t0 := time.Now()
+					apply(t, c, claim(ns, name, d.class, "Filesystem", "ReadWriteOnce", perfClaimSize))
+					wait(t, c, ns, "pvc/"+name, "jsonpath={.status.phase}=Bound", 5*time.Minute)
+					r.bound = append(r.bound, time.Since(t0))
+					t1 := time.Now()
+					apply(t, c, pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
+					wait(t, c, ns, "pod/pod-"+name, "condition=Ready", 5*time.Minute)
+					r.running = append(r.running, time.Since(t1))
+				}
+				r.warnings = warningEvents(t, c, ns)
+				r.deleted = deleteAll(t, c, ns, n, before)
+				keep(r)
+			}
+		})
+	}
+
+	for _, n := range bursts {
+		t.Run(fmt.Sprintf("claims-%d", n), func(t *testing.T) {
+			for _, d := range drivers {
+				ns := testNamespace(t, c)
+				var all strings.Builder
+				for i := range n {
+					fmt.Fprintf(&all, "---\n%s", claim(ns, fmt.Sprintf("data-%03d", i), d.class, "Filesystem", "ReadWriteOnce", perfBurstSize))
+				}
+				t0 := time.Now()
+				apply(t, c, all.String())
+				got := waitAll(t, c, ns, n, t0, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"})
+				r := perfResult{part: fmt.Sprintf("%d claims at once", n), driver: d.name, n: n, bound: got[0], warnings: warningEvents(t, c, ns)}
+				if d.name == "pillar-csi" {
+					logEventSummary(t, c, ns)
+					logControllerMetrics(t, c)
+					logAgentErrors(t, c, t0)
+				}
+				r.deleted = deleteAll(t, c, ns, n, before)
+				keep(r)
+			}
+		})
+	}
+
+	if n := *perfPods; n > 0 {
+		t.Run(fmt.Sprintf("pods-%d", n), func(t *testing.T) {
+			ns := testNamespace(t, c)
+			dir := hostPathDir(t)
+			var base strings.Builder
+			for i := range n {
+				fmt.Fprintf(&base, "---\n%s", pod(ns, fmt.Sprintf("hostpath-%03d", i), perfPodScript, fmt.Sprintf("hostPath: {path: %s, type: Directory}", dir), false))
+			}
 			t0 := time.Now()
-			apply(t, c, pod(ns, fmt.Sprintf("hostpath-%02d", i), perfPodScript, fmt.Sprintf("hostPath: {path: %s, type: Directory}", dir), false))
-			wait(t, c, ns, fmt.Sprintf("pod/hostpath-%02d", i), "condition=Ready", 5*time.Minute)
-			baseline = append(baseline, time.Since(t0))
-		}
-		for i := range n {
-			name := fmt.Sprintf("data-%02d", i)
-			t0 := time.Now()
-			apply(t, c, claim(ns, name, "zfs-nvmeof", "Filesystem", "ReadWriteOnce", perfClaimSize))
-			wait(t, c, ns, "pvc/"+name, "jsonpath={.status.phase}=Bound", 5*time.Minute)
-			bound = append(bound, time.Since(t0))
-			t1 := time.Now()
-			apply(t, c, pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
-			wait(t, c, ns, "pod/pod-"+name, "condition=Ready", 5*time.Minute)
-			running = append(running, time.Since(t1))
-		}
-		reportPercentiles(t, fmt.Sprintf("sequential x%d: hostPath pod Running", n), baseline, nil)
-		reportPercentiles(t, fmt.Sprintf("sequential x%d: PVC Bound", n), bound, nil)
-		reportPercentiles(t, fmt.Sprintf("sequential x%d: PVC pod Running", n), running, baseline)
-		deleteAll(t, c, ns, n, before)
-	})
+			apply(t, c, base.String())
+			baseline := waitAll(t, c, ns, n, t0, 20*time.Minute, phaseWait{"pods", "hostpath-", "Running"})[0]
+			deletePods(t, c, ns)
+			keep(perfResult{part: fmt.Sprintf("%d claims and pods at once", n), driver: "hostPath pod", n: n, running: baseline})
+			for _, d := range drivers {
+				ns := testNamespace(t, c)
+				var all strings.Builder
+				for i := range n {
+					name := fmt.Sprintf("data-%03d", i)
+					fmt.Fprintf(&all, "---\n%s---\n%s", claim(ns, name, d.class, "Filesystem", "ReadWriteOnce", perfClaimSize),
+						pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
+				}
+				t1 := time.Now()
+				apply(t, c, all.String())
+				// One poll watches both, so that a pod Running before the
+				// last claim is Bound is timed when it is.
+				got := waitAll(t, c, ns, n, t1, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"}, phaseWait{"pods", "pod-data-", "Running"})
+				r := perfResult{part: fmt.Sprintf("%d claims and pods at once", n), driver: d.name, n: n, bound: got[0], running: got[1], warnings: warningEvents(t, c, ns)}
+				if d.name == "pillar-csi" {
+					logEventSummary(t, c, ns)
+					logControllerMetrics(t, c)
+					logAgentErrors(t, c, t1)
+				}
+				r.deleted = deleteAll(t, c, ns, n, before)
+				keep(r)
+			}
+		})
+	}
+}
 
-	t.Run("parallel", func(t *testing.T) {
-		n := *perfParallel
-		ns := testNamespace(t, c)
-		dir := hostPathDir(t)
-		var base strings.Builder
-		for i := range n {
-			fmt.Fprintf(&base, "---\n%s", pod(ns, fmt.Sprintf("hostpath-%02d", i), perfPodScript, fmt.Sprintf("hostPath: {path: %s, type: Directory}", dir), false))
-		}
-		t0 := time.Now()
-		apply(t, c, base.String())
-		baseline := waitAll(t, c, ns, n, t0, 20*time.Minute, phaseWait{"pods", "hostpath-", "Running"})[0]
-		record(t, fmt.Sprintf("parallel x%d: every hostPath pod Running", n), time.Since(t0))
-		deletePods(t, c, ns)
+// String is the result as one line of the log.
+func (r perfResult) String() string {
+	s := fmt.Sprintf("%s, %s:", r.part, r.driver)
+	if len(r.bound) > 0 {
+		s += fmt.Sprintf(" all Bound %.1fs (p50 %.1fs, p99 %.1fs);", slices.Max(r.bound).Seconds(), percentile(r.bound, 50).Seconds(), percentile(r.bound, 99).Seconds())
+	}
+	if len(r.running) > 0 {
+		s += fmt.Sprintf(" all Running %.1fs (p50 %.1fs, p99 %.1fs);", slices.Max(r.running).Seconds(), percentile(r.running, 50).Seconds(), percentile(r.running, 99).Seconds())
+	}
+	if r.deleted > 0 {
+		s += fmt.Sprintf(" deleted %.1fs;", r.deleted.Seconds())
+	}
+	return s + fmt.Sprintf(" %d Warning events", r.warnings)
+}
 
-		var all strings.Builder
-		for i := range n {
-			name := fmt.Sprintf("data-%02d", i)
-			fmt.Fprintf(&all, "---\n%s---\n%s", claim(ns, name, "zfs-nvmeof", "Filesystem", "ReadWriteOnce", perfClaimSize),
-				pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
+// warningEvents is the number of Warning events in ns, repeats counted.
+func warningEvents(t *testing.T, c *cluster.Cluster, ns string) int {
+	t.Helper()
+	n := 0
+	for _, f := range strings.Fields(kubectl(t, c, "get", "events", "-n", ns, "--field-selector", "type=Warning", "-o", "jsonpath={.items[*].count}")) {
+		k, err := strconv.Atoi(f)
+		n += max(k, 1)
+		if err != nil {
+			t.Logf("event count %q: %v", f, err)
 		}
-		t1 := time.Now()
-		apply(t, c, all.String())
-		// One poll watches both, so that a pod Running before the last
-		// claim is Bound is timed when it is.
-		got := waitAll(t, c, ns, n, t1, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"}, phaseWait{"pods", "pod-data-", "Running"})
-		bound, running := got[0], got[1]
-		record(t, fmt.Sprintf("parallel x%d: every PVC Bound", n), slices.Max(bound))
-		record(t, fmt.Sprintf("parallel x%d: every PVC pod Running", n), slices.Max(running))
-		logEventSummary(t, c, ns)
-		logControllerMetrics(t, c)
-		logAgentErrors(t, c, t1)
-		reportPercentiles(t, fmt.Sprintf("parallel x%d: hostPath pod Running", n), baseline, nil)
-		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC Bound", n), bound, nil)
-		reportPercentiles(t, fmt.Sprintf("parallel x%d: PVC pod Running", n), running, baseline)
-		deleteAll(t, c, ns, n, before)
-	})
-	t.Logf("figures of the run so far:\n%s", summary())
+	}
+	return n
 }
 
 // hostPathDir is a directory on the node for the baseline pods.
@@ -279,10 +402,10 @@ func logAgentErrors(t *testing.T, c *cluster.Cluster, since time.Time) {
 	t.Logf("pillar-agent logged %d errors since %s:\n%s", n, since.UTC().Format(time.TimeOnly), strings.Join(errs, "\n"))
 }
 
-// deleteAll deletes the test's pods and claims, records how long until
+// deleteAll deletes the test's pods and claims, returns how long until
 // the n PersistentVolumes of the claims are gone, and checks that the
 // pool holds the zvols it held before the test (want), no more.
-func deleteAll(t *testing.T, c *cluster.Cluster, ns string, n int, want string) {
+func deleteAll(t *testing.T, c *cluster.Cluster, ns string, n int, want string) time.Duration {
 	t.Helper()
 	t0 := time.Now()
 	deletePods(t, c, ns)
@@ -293,11 +416,12 @@ func deleteAll(t *testing.T, c *cluster.Cluster, ns string, n int, want string) 
 		left := strings.Fields(string(out))
 		return err == nil && len(left) == 0, fmt.Sprintf("%d left %v", len(left), err)
 	})
-	record(t, fmt.Sprintf("x%d: claims deleted → every PV gone", n), time.Since(t0))
+	gone := time.Since(t0)
 	poll(t, "the zvols of "+ns+" gone", 5*time.Minute, 3*time.Second, func() (bool, string) {
 		got, err := zvolList(context.Background())
 		return err == nil && got == want, fmt.Sprintf("zvols now %q, before the test %q (%v)", got, want, err)
 	})
+	return gone
 }
 
 // deletePods deletes every pod of ns and waits until they are gone. Many
@@ -313,27 +437,113 @@ func deletePods(t *testing.T, c *cluster.Cluster, ns string) {
 	})
 }
 
-// reportPercentiles records the p50 and p99 of ds under what, and their
-// ratio to the same percentiles of base when base is given. With fewer
-// than 100 samples p99 is the largest sample.
-func reportPercentiles(t *testing.T, what string, ds, base []time.Duration) {
-	t.Helper()
-	if len(ds) == 0 {
-		t.Fatalf("%s: no samples", what)
-	}
-	p50, p99 := percentile(ds, 50), percentile(ds, 99)
-	record(t, what+" p50", p50)
-	record(t, what+" p99", p99)
-	if len(base) > 0 {
-		b50, b99 := percentile(base, 50), percentile(base, 99)
-		t.Logf("measured: %s: p50 %.2f× and p99 %.2f× the hostPath pod's", what, p50.Seconds()/b50.Seconds(), p99.Seconds()/b99.Seconds())
-	}
-}
-
 // percentile is the nearest-rank percentile p of ds.
 func percentile(ds []time.Duration, p int) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	rank := (p*len(s) + 99) / 100 // ceil(p/100 · n)
 	return s[max(rank, 1)-1]
+}
+
+// writePerf logs the results as a table, with each driver's ratio to the
+// floor driver's figure of the same part, and writes the table to
+// perfFigureFile and the picture of the parts' claims Bound and pods
+// Running over time to perfPictureDir/perf.svg.
+func writePerf(t *testing.T, results []perfResult) {
+	t.Helper()
+	if len(results) == 0 {
+		return
+	}
+	table := perfTable(results)
+	t.Logf("TestPerformance, every figure (guest time):\n%s", table)
+	dir := filepath.Join(lab.root, perfPictureDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Errorf("figures: %v", err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(lab.root, perfFigureFile), []byte(table), 0o644); err != nil {
+		t.Errorf("figures: %v", err)
+	}
+	var panels []perfplot.Panel
+	var parts []string
+	for _, r := range results {
+		if !slices.Contains(parts, r.part) && !strings.Contains(r.part, "one after another") {
+			parts = append(parts, r.part)
+		}
+	}
+	for _, part := range parts {
+		bound := perfplot.Panel{Title: part + ": claims Bound"}
+		running := perfplot.Panel{Title: part + ": pods Running"}
+		for _, r := range results {
+			if r.part != part {
+				continue
+			}
+			if len(r.bound) > 0 {
+				bound.Series = append(bound.Series, perfplot.Series{Name: r.driver, Times: r.bound})
+			}
+			if len(r.running) > 0 {
+				running.Series = append(running.Series, perfplot.Series{Name: r.driver, Times: r.running})
+			}
+		}
+		for _, p := range []perfplot.Panel{bound, running} {
+			if len(p.Series) > 0 {
+				panels = append(panels, p)
+			}
+		}
+	}
+	if len(panels) == 0 {
+		return
+	}
+	var b bytes.Buffer
+	if err := perfplot.WriteSVG(&b, panels); err != nil {
+		t.Errorf("picture: %v", err)
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, "perf.svg"), b.Bytes(), 0o644); err != nil {
+		t.Errorf("picture: %v", err)
+	}
+}
+
+// perfTable is the results as a Markdown table: for each part and driver
+// the time until all claims were Bound and all pods Running, p50 and p99,
+// each with its ratio to the floor driver's in the same part, the time
+// to delete them and the Warning events.
+func perfTable(results []perfResult) string {
+	floor := map[string]perfResult{}
+	for _, r := range results {
+		if r.driver == "floor" {
+			floor[r.part] = r
+		}
+	}
+	// cell is a figure of the result, and its ratio to the floor's.
+	cell := func(r perfResult, of func(perfResult) []time.Duration, p int) string {
+		ds := of(r)
+		if len(ds) == 0 {
+			return "–"
+		}
+		v := percentile(ds, p)
+		s := fmt.Sprintf("%.1f s", v.Seconds())
+		if f, ok := floor[r.part]; ok && r.driver != "floor" && len(of(f)) > 0 {
+			if fv := percentile(of(f), p); fv > 0 {
+				s += fmt.Sprintf(" (%.2f×)", v.Seconds()/fv.Seconds())
+			}
+		}
+		return s
+	}
+	bound := func(r perfResult) []time.Duration { return r.bound }
+	running := func(r perfResult) []time.Duration { return r.running }
+	var b strings.Builder
+	b.WriteString("| part | driver | all Bound | Bound p50 | Bound p99 | all Running | Running p50 | Running p99 | deleted | Warning events |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range results {
+		deleted := "–"
+		if r.deleted > 0 {
+			deleted = fmt.Sprintf("%.1f s", r.deleted.Seconds())
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", r.part, r.driver,
+			cell(r, bound, 100), cell(r, bound, 50), cell(r, bound, 99),
+			cell(r, running, 100), cell(r, running, 50), cell(r, running, 99), deleted, r.warnings)
+	}
+	b.WriteString("\nIn brackets: the ratio to the floor driver's figure of the same part. Percentiles are nearest-rank: with fewer than 100 samples p99 is the largest.\n")
+	return b.String()
 }
