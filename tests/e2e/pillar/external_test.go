@@ -81,18 +81,72 @@ func ciFocus() string {
 // skipped spec with the suite's reason.
 func TestExternalStorage(t *testing.T) {
 	c := setup(t)
+	ci := *externalFocus == ciFocus()
+	res := runExternal(t, c, externalRun{
+		driverFile: filepath.Join(lab.root, "tests", "e2e", "pillar", "testdata", "external-driver.yaml"),
+		focus:      *externalFocus,
+		skip:       *externalSkip,
+		timeout:    *externalTimeout,
+		agnhost:    !ci,
+	})
+	if ci && len(res.selected) != len(externalCISpecs) {
+		t.Fatalf("the CI subset names %d specs and the suite has %d of them:\n%s",
+			len(externalCISpecs), len(res.selected), strings.Join(res.selected, "\n"))
+	}
+	for _, f := range res.failed {
+		t.Errorf("failed: %s\n%s", f.name, f.reason)
+	}
+	// Each spec of the CI subset stands for a capability the driver file
+	// claims: one that skips itself means the claim did not reach the
+	// suite (a misspelt key is ignored, not refused).
+	if ci && len(res.skipped) > 0 {
+		t.Errorf("%d specs of the CI subset skipped themselves; each must run", len(res.skipped))
+	}
+	if len(res.passed) == 0 && len(res.failed) == 0 {
+		t.Errorf("no spec ran: focus %q, skip %q selects nothing that the driver file supports", *externalFocus, *externalSkip)
+	}
+	if res.runErr != nil && len(res.failed) == 0 {
+		t.Errorf("e2e.test: %v, though its report has no failed spec", res.runErr)
+	}
+}
+
+// externalRun is one run of the external-storage suite: the driver file,
+// the Ginkgo selection, its time limit, and whether the agnhost image is
+// needed (every selection but the CI subset).
+type externalRun struct {
+	driverFile, focus, skip string
+	timeout                 time.Duration
+	agnhost                 bool
+}
+
+// externalResult is what a run of the suite reported: the specs its dry
+// run selected, its junit report, and e2e.test's own exit.
+type externalResult struct {
+	suiteResult
+	selected []string
+	runErr   error
+	// log is the run's output, for what a spec logs (figures).
+	log string
+}
+
+// runExternal runs Kubernetes' own storage e2e suite (bin/e2e.test, make
+// e2e-test-binary) against the cluster with r's driver file and
+// selection, and logs every spec that passed and every one skipped at run
+// time with the suite's reason. It fails the test when the suite cannot
+// run or writes no report; the caller judges the specs.
+func runExternal(t *testing.T, c *cluster.Cluster, r externalRun) externalResult {
+	t.Helper()
 	bin := filepath.Join(lab.root, "bin")
 	e2eTest := filepath.Join(bin, "e2e.test")
 	if _, err := os.Stat(e2eTest); err != nil {
 		t.Fatalf("the external-storage suite is not built (make e2e-test-binary): %v", err)
 	}
-	driverFile := filepath.Join(lab.root, "tests", "e2e", "pillar", "testdata", "external-driver.yaml")
-	if _, err := os.Stat(driverFile); err != nil {
+	if _, err := os.Stat(r.driverFile); err != nil {
 		t.Fatalf("driver file: %v", err)
 	}
 	env := append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 
-	stubTestImages(t, c, e2eTest, env)
+	stubTestImages(t, c, e2eTest, env, r.agnhost)
 	if c.PeerName != "" {
 		// A two-guest run: the specs that need a second node (a pod
 		// recreated on another node) get the storage node, which the
@@ -103,9 +157,9 @@ func TestExternalStorage(t *testing.T) {
 
 	out := t.TempDir()
 	selection := []string{
-		"-storage.testdriver=" + driverFile,
-		"-ginkgo.focus=" + *externalFocus,
-		"-ginkgo.skip=" + *externalSkip,
+		"-storage.testdriver=" + r.driverFile,
+		"-ginkgo.focus=" + r.focus,
+		"-ginkgo.skip=" + r.skip,
 		"-ginkgo.no-color",
 		"-kubeconfig=" + c.Kubeconfig,
 	}
@@ -113,18 +167,15 @@ func TestExternalStorage(t *testing.T) {
 	// A dry run first, which takes seconds: a selection that matches no
 	// spec fails here, and so does a CI subset that lost a spec because
 	// upstream renamed it.
-	selected := dryRun(t, env, e2eTest, selection, filepath.Join(out, "dry-run.xml"))
-	t.Logf("external-storage suite: %d specs selected", len(selected))
-	if *externalFocus == ciFocus() && len(selected) != len(externalCISpecs) {
-		t.Fatalf("the CI subset names %d specs and the suite has %d of them:\n%s",
-			len(externalCISpecs), len(selected), strings.Join(selected, "\n"))
-	}
+	var res externalResult
+	res.selected = dryRun(t, env, e2eTest, selection, r, filepath.Join(out, "dry-run.xml"))
+	t.Logf("external-storage suite: %d specs selected", len(res.selected))
 
 	junit := filepath.Join(out, "junit.xml")
 	args := append(slices.Clone(selection),
 		"-ginkgo.v",
 		"-ginkgo.junit-report="+junit,
-		"-ginkgo.timeout="+externalTimeout.String(),
+		"-ginkgo.timeout="+r.timeout.String(),
 		"-report-dir="+filepath.Join(out, "report"),
 		"-e2e-output-dir="+filepath.Join(out, "output"),
 		// No cloud provider: the specs that need one (or SSH to the
@@ -136,7 +187,7 @@ func TestExternalStorage(t *testing.T) {
 
 	// Ginkgo stops at -ginkgo.timeout and reports; the extra time is for
 	// the cleanup of the spec it interrupted and for the report itself.
-	ctx, cancel := context.WithTimeout(context.Background(), *externalTimeout+5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout+5*time.Minute)
 	defer cancel()
 	// The cluster's warnings as they happen, next to the spec that caused
 	// them: a spec that fails by timing out (a pod never Running) logs
@@ -150,13 +201,16 @@ func TestExternalStorage(t *testing.T) {
 	}()
 	defer func() { stopEvents(); <-eventsDone }()
 	t0 := time.Now()
-	runErr := runLines(ctx, env, os.Stdout, "e2e.test: ", e2eTest, args...)
+	var log strings.Builder
+	res.runErr = runLines(ctx, env, io.MultiWriter(os.Stdout, &log), "e2e.test: ", e2eTest, args...)
+	res.log = log.String()
 	record(t, "external-storage suite", time.Since(t0))
 
-	res, err := readJUnit(junit)
+	jr, err := readJUnit(junit)
 	if err != nil {
-		t.Fatalf("e2e.test wrote no readable report (exit: %v): %v", runErr, err)
+		t.Fatalf("e2e.test wrote no readable report (exit: %v): %v", res.runErr, err)
 	}
+	res.suiteResult = jr
 	t.Logf("external-storage suite: %d passed, %d failed, %d skipped at run time, %d not selected, in %.0fs",
 		len(res.passed), len(res.failed), len(res.skipped), res.unselected, time.Since(t0).Seconds())
 	for _, name := range res.passed {
@@ -165,21 +219,7 @@ func TestExternalStorage(t *testing.T) {
 	for _, s := range res.skipped {
 		t.Logf("skipped: %s\n    because: %s", s.name, s.reason)
 	}
-	for _, f := range res.failed {
-		t.Errorf("failed: %s\n%s", f.name, f.reason)
-	}
-	// Each spec of the CI subset stands for a capability the driver file
-	// claims: one that skips itself means the claim did not reach the
-	// suite (a misspelt key is ignored, not refused).
-	if *externalFocus == ciFocus() && len(res.skipped) > 0 {
-		t.Errorf("%d specs of the CI subset skipped themselves; each must run", len(res.skipped))
-	}
-	if len(res.passed) == 0 && len(res.failed) == 0 {
-		t.Errorf("no spec ran: focus %q, skip %q selects nothing that the driver file supports", *externalFocus, *externalSkip)
-	}
-	if runErr != nil && len(res.failed) == 0 {
-		t.Errorf("e2e.test: %v, though its report has no failed spec", runErr)
-	}
+	return res
 }
 
 // stubTestImages imports, under the names of the suite's busybox and
@@ -190,13 +230,13 @@ func TestExternalStorage(t *testing.T) {
 // specs' pods start without a registry. The storage specs run their own
 // commands in busybox (echo, cat, head, dd, test, ls, grep, sleep), some
 // by exec without a shell; the exec spec runs /bin/sh in an nginx image
-// only because it has one. Outside the CI subset it also imports, under the
+// only because it has one. With withAgnhost it also imports, under the
 // agnhost image's name, bin/agnhost (make agnhost, built from the suite's
 // own release) over the same applets: the subPath specs run agnhost's
 // mounttest, and the host-exec pods of the volumeMode and subPath specs
 // run agnhost pause and then nsenter and sh. The references come from the
 // binary (-list-images), so they follow the release it was built from.
-func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []string) {
+func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []string, withAgnhost bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -232,7 +272,7 @@ func stubTestImages(t *testing.T, c *cluster.Cluster, e2eTest string, env []stri
 		t.Fatal(err)
 	}
 	t.Logf("test images served by the host's busybox with %v: %s", cluster.GlibcStandInTools, strings.Join(glibcRefs, " "))
-	if *externalFocus == ciFocus() {
+	if !withAgnhost {
 		return
 	}
 	agnhost := filepath.Join(lab.root, "bin", "agnhost")
@@ -261,7 +301,7 @@ func imageName(ref string) string {
 // dryRun runs e2e.test with -ginkgo.dry-run and the selection args and
 // returns the specs it would run (a dry run reports each as passed). It
 // fails the test when the selection matches no spec.
-func dryRun(t *testing.T, env []string, e2eTest string, selection []string, junit string) []string {
+func dryRun(t *testing.T, env []string, e2eTest string, selection []string, r externalRun, junit string) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -273,7 +313,7 @@ func dryRun(t *testing.T, env []string, e2eTest string, selection []string, juni
 		t.Fatalf("e2e.test dry run: %v, report: %v\n%s", err, rerr, log.String())
 	}
 	if len(res.passed) == 0 {
-		t.Fatalf("focus %q and skip %q select no spec of the suite\n%s", *externalFocus, *externalSkip, log.String())
+		t.Fatalf("focus %q and skip %q select no spec of the suite\n%s", r.focus, r.skip, log.String())
 	}
 	return res.passed
 }
