@@ -51,6 +51,9 @@ const (
 	// StorageClassParamFSType is the filesystem of Filesystem-mode volumes,
 	// under the key the external provisioner and kubelet know.
 	StorageClassParamFSType = "csi.storage.k8s.io/fstype"
+	// StorageClassParamMultiNodeBlockWriters is "true" in the class of a
+	// PillarStorageClass with multiNodeBlockWriters, and absent otherwise.
+	StorageClassParamMultiNodeBlockWriters = "pillar-csi.io/multi-node-block-writers"
 )
 
 // PillarStorageClassSpec combines a store and a protocol. The controller
@@ -87,6 +90,19 @@ type PillarStorageClassSpec struct {
 	// +kubebuilder:default=Immediate
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volumeBindingMode cannot be changed (it is immutable on a StorageClass): create another PillarStorageClass"
 	VolumeBindingMode VolumeBindingMode `json:"volumeBindingMode,omitempty"`
+
+	// MultiNodeBlockWriters lets Block-mode claims of this class be
+	// ReadWriteMany: one raw block volume attached to and written from
+	// several nodes at once, as a virtual machine's disk during a live
+	// migration needs. The application coordinates the writes, as on any
+	// shared disk; pillar-csi keeps attach and detach of each node ordered
+	// and fenced. Filesystem-mode claims are never ReadWriteMany, in any
+	// class: ext4 and xfs mounted on two nodes at once corrupt each other.
+	// Off by default. See docs/rwx-block.md.
+	// +optional
+	// +kubebuilder:default=false
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="multiNodeBlockWriters cannot be changed (StorageClass parameters are immutable): create another PillarStorageClass"
+	MultiNodeBlockWriters bool `json:"multiNodeBlockWriters,omitempty"`
 
 	// AllowVolumeExpansion lets claims of this class grow.
 	// +optional
@@ -130,6 +146,7 @@ type PillarStorageClassStatus struct {
 // +kubebuilder:printcolumn:name="Store",type=string,JSONPath=`.spec.storeName`
 // +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocolName`
 // +kubebuilder:printcolumn:name="FSType",type=string,JSONPath=`.spec.fsType`,priority=1
+// +kubebuilder:printcolumn:name="Multi-Writers",type=boolean,JSONPath=`.spec.multiNodeBlockWriters`,priority=1
 // +kubebuilder:printcolumn:name="Reclaim",type=string,JSONPath=`.spec.reclaimPolicy`,priority=1
 // +kubebuilder:printcolumn:name="StorageClass",type=string,JSONPath=`.status.storageClassName`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

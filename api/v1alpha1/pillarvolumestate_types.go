@@ -6,7 +6,7 @@ import (
 )
 
 // AccessMode is the CSI access mode a volume is published with.
-// +kubebuilder:validation:Enum=ReadWriteOnce;ReadWriteOncePod;ReadOnlyMany
+// +kubebuilder:validation:Enum=ReadWriteOnce;ReadWriteOncePod;ReadOnlyMany;ReadWriteMany
 type AccessMode string
 
 const (
@@ -19,6 +19,12 @@ const (
 	// AccessReadOnlyMany is CSI MULTI_NODE_READER_ONLY: any number of nodes
 	// read.
 	AccessReadOnlyMany AccessMode = "ReadOnlyMany"
+	// AccessReadWriteMany is CSI MULTI_NODE_MULTI_WRITER: any number of
+	// nodes read and write a raw block volume (live migration of a virtual
+	// machine's disk). Only Block volumes of a PillarStorageClass with
+	// multiNodeBlockWriters have it; the application coordinates the
+	// writes, as on any shared disk.
+	AccessReadWriteMany AccessMode = "ReadWriteMany"
 )
 
 // PillarVolumeStateSpec is the durable record of one volume. The controller
@@ -34,7 +40,8 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.storeUID) || (has(self.storeUID) && self.storeUID == oldSelf.storeUID)",message="storeUID cannot be changed or removed once set: it names the store the volume's data lives in"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.export) || has(self.export)",message="export cannot be removed once recorded: the storage node would keep an export nothing tracks"
 // +kubebuilder:validation:XValidation:rule="has(self.dataSource) == has(oldSelf.dataSource)",message="dataSource cannot be added or removed: it says what the volume was made from"
-// +kubebuilder:validation:XValidation:rule="!has(self.publications) || size(self.publications) <= 1 || self.publications.all(p, p.accessMode == 'ReadOnlyMany')",message="a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication: the volume can be published read-write to one node only"
+// +kubebuilder:validation:XValidation:rule="!has(self.publications) || size(self.publications) <= 1 || self.publications.all(p, p.accessMode == 'ReadOnlyMany') || self.publications.all(p, p.accessMode == 'ReadWriteMany')",message="a ReadWriteOnce or ReadWriteOncePod publication excludes every other publication, and ReadOnlyMany and ReadWriteMany ones do not mix: the volume can be published read-write to one node only, unless every publication is ReadWriteMany"
+// +kubebuilder:validation:XValidation:rule="!has(self.publications) || self.multiNodeBlockWriters || self.publications.all(p, p.accessMode != 'ReadWriteMany')",message="a ReadWriteMany publication needs multiNodeBlockWriters: the volume's class did not allow writers on several nodes"
 type PillarVolumeStateSpec struct {
 	// VolumeID is the CSI volume ID, equal to this object's name. It cannot
 	// change.
@@ -74,6 +81,15 @@ type PillarVolumeStateSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:XValidation:rule="self >= oldSelf",message="capacityBytes cannot shrink: volumes can only be expanded"
 	CapacityBytes int64 `json:"capacityBytes"`
+
+	// MultiNodeBlockWriters records that the volume's PillarStorageClass
+	// allowed writers on several nodes (multiNodeBlockWriters): only then
+	// may the volume be published ReadWriteMany, and only as a raw block
+	// device. It cannot change.
+	// +optional
+	// +kubebuilder:default=false
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="multiNodeBlockWriters cannot be changed: it is the volume's class's choice"
+	MultiNodeBlockWriters bool `json:"multiNodeBlockWriters,omitempty"`
 
 	// DataSource is what the volume was made from: a snapshot, or another
 	// volume (a clone). Absent for a volume made empty. It cannot change.
@@ -270,6 +286,7 @@ const (
 // +kubebuilder:printcolumn:name="Capacity",type=integer,format=int64,JSONPath=`.spec.capacityBytes`
 // +kubebuilder:printcolumn:name="Generation",type=integer,format=int64,JSONPath=`.spec.publicationGeneration`
 // +kubebuilder:printcolumn:name="Nodes",type=string,JSONPath=`.spec.publications[*].nodeID`
+// +kubebuilder:printcolumn:name="Multi-Writers",type=boolean,JSONPath=`.spec.multiNodeBlockWriters`,priority=1
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Export-Missing",type=string,JSONPath=`.status.conditions[?(@.type=="ExportSpecMissing")].status`,priority=1
 // +kubebuilder:printcolumn:name="Claim-Namespace",type=string,JSONPath=`.metadata.annotations.pillar-csi\.io/pvc-namespace`

@@ -191,8 +191,21 @@ var rules = []rule{
 		"spec.export.subsystemNQN", "must be an NVMe Qualified Name"),
 	onCreate("publication hostNQN is an NQN", volumeState, func(o pvs) { o.Spec.Publications[0].HostNQN = "worker-1" },
 		"spec.publications[0].hostNQN", "must be an NVMe Qualified Name"),
-	onCreate("publication accessMode", volumeState, func(o pvs) { o.Spec.Publications[0].AccessMode = "ReadWriteMany" },
-		"spec.publications[0].accessMode", `Unsupported value: "ReadWriteMany"`),
+	onCreate("publication accessMode", volumeState, func(o pvs) { o.Spec.Publications[0].AccessMode = "ReadWriteSometimes" },
+		"spec.publications[0].accessMode", `Unsupported value: "ReadWriteSometimes"`),
+	onCreate("a ReadWriteMany publication needs the class's consent", volumeState, func(o pvs) {
+		o.Spec.Publications[0].AccessMode = v1alpha1.AccessReadWriteMany
+	}, "spec: Invalid value", "a ReadWriteMany publication needs multiNodeBlockWriters"),
+	onCreate("ReadWriteMany and ReadOnlyMany do not mix", volumeState, func(o pvs) {
+		o.Spec.MultiNodeBlockWriters = true
+		o.Spec.Publications[0].AccessMode = v1alpha1.AccessReadWriteMany
+		o.Spec.Publications = append(o.Spec.Publications,
+			v1alpha1.Publication{NodeID: "worker-2", HostNQN: hostB, AccessMode: v1alpha1.AccessReadOnlyMany, ReadOnly: true})
+	}, "spec: Invalid value", "ReadOnlyMany and ReadWriteMany ones do not mix"),
+	onUpdate("multiNodeBlockWriters is immutable", volumeState, func(o pvs) { o.Spec.MultiNodeBlockWriters = true },
+		"spec.multiNodeBlockWriters", "multiNodeBlockWriters cannot be changed"),
+	onUpdate("a class's multiNodeBlockWriters is immutable", storageClass, func(o psc) { o.Spec.MultiNodeBlockWriters = true },
+		"spec.multiNodeBlockWriters", "multiNodeBlockWriters cannot be changed"),
 	onCreate("one publication per node", volumeState, func(o pvs) {
 		o.Spec.Publications[0].AccessMode = v1alpha1.AccessReadOnlyMany
 		o.Spec.Publications = append(o.Spec.Publications, o.Spec.Publications[0])
@@ -299,6 +312,21 @@ func TestGuardRailsAllow(t *testing.T) {
 	v.Spec.Export.ACLEnabled = ptr.To(true)
 	if err := k8s.Update(c, v, strict); err != nil {
 		t.Errorf("aclEnabled false to true: %v", err)
+	}
+	// Writers on several nodes, in a volume whose class consented.
+	rwx := volumeState("multi-node-writers")
+	rwx.Spec.MultiNodeBlockWriters = true
+	rwx.Spec.Publications = []v1alpha1.Publication{
+		{NodeID: "worker-1", HostNQN: rwx.Spec.Publications[0].HostNQN, AccessMode: v1alpha1.AccessReadWriteMany},
+		{NodeID: "worker-2", HostNQN: hostB, AccessMode: v1alpha1.AccessReadWriteMany},
+	}
+	if err := k8s.Create(c, rwx, strict); err != nil {
+		t.Errorf("two ReadWriteMany publications of a consenting volume: %v", err)
+	}
+	psc := storageClass("multi-node-writers")
+	psc.Spec.MultiNodeBlockWriters = true
+	if err := k8s.Create(c, psc, strict); err != nil {
+		t.Errorf("a PillarStorageClass with multiNodeBlockWriters: %v", err)
 	}
 	for _, mode := range []string{"dev", "none"} {
 		s := zfsStore("volmode-" + mode)

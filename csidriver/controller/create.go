@@ -43,7 +43,9 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	if req.GetName() == "" {
 		return nil, status.Error(codes.InvalidArgument, "name is required")
 	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+	params := req.GetParameters()
+	multiWriters := params[v1alpha1.StorageClassParamMultiNodeBlockWriters] == "true"
+	if err := checkCapabilities(req.GetVolumeCapabilities(), multiWriters); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q: %v", req.GetName(), err)
 	}
 	size, err := capacityFor(req.GetCapacityRange())
@@ -54,7 +56,6 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 	if err != nil {
 		return nil, err
 	}
-	params := req.GetParameters()
 	storeName, protoName := params[v1alpha1.StorageClassParamStore], params[v1alpha1.StorageClassParamProtocol]
 	if storeName == "" || protoName == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "volume %q: parameters %s and %s are required (a StorageClass generated from a PillarStorageClass has them)",
@@ -105,7 +106,7 @@ func (s *Service) createVolume(ctx context.Context, req *csi.CreateVolumeRequest
 				return err
 			}
 			return errorf(codes.Aborted, id, "an earlier volume of this name was being deleted; it is gone now: retry")
-		} else if err := compatible(v, storeName, protoName, req.GetCapacityRange()); err != nil {
+		} else if err := compatible(v, storeName, protoName, multiWriters, req.GetCapacityRange()); err != nil {
 			return err
 		} else if err := sameSource(v, ds); err != nil {
 			return err
@@ -167,6 +168,7 @@ func (s *Service) record(ctx context.Context, id string, size int64, storeName, 
 			ProtocolName:          v1alpha1.ObjectName(protoName),
 			CapacityBytes:         size,
 			DataSource:            ds,
+			MultiNodeBlockWriters: params[v1alpha1.StorageClassParamMultiNodeBlockWriters] == "true",
 			PublicationGeneration: 1,
 			Export: &v1alpha1.ExportSpec{BindAddress: t.BindAddress, Port: port, ACLEnabled: ptr.To(t.ACLEnabled == nil || *t.ACLEnabled),
 				SubsystemNQN: v1alpha1.NQN(ident.SubsystemNQN)},

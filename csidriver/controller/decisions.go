@@ -44,19 +44,29 @@ func volumeIDFor(name string) string {
 }
 
 // checkCapabilities refuses what pillar-csi cannot serve: access modes
-// other than single-node writer and multi-node reader, and filesystems
-// other than ext4 and xfs.
-func checkCapabilities(caps []*csi.VolumeCapability) error {
+// other than single-node writer, multi-node reader and multi-node writer,
+// filesystems other than ext4 and xfs, and writers on several nodes for
+// anything but a raw block volume whose class allows them (multiWriters:
+// the PillarStorageClass's, or the record's, multiNodeBlockWriters).
+func checkCapabilities(caps []*csi.VolumeCapability, multiWriters bool) error {
 	if len(caps) == 0 {
 		return fmt.Errorf("volume capabilities are required")
 	}
 	for _, c := range caps {
-		if _, err := accessModeOf(c); err != nil {
+		mode, err := accessModeOf(c)
+		if err != nil {
 			return err
 		}
 		switch t := c.GetAccessType().(type) {
 		case *csi.VolumeCapability_Block:
+			if mode == v1alpha1.AccessReadWriteMany && !multiWriters {
+				return errors.New(noMultiWriters)
+			}
 		case *csi.VolumeCapability_Mount:
+			if mode == v1alpha1.AccessReadWriteMany {
+				return errors.New("a filesystem volume cannot have writers on several nodes: ext4 and xfs mounted on two nodes at once overwrite each other's metadata and corrupt the filesystem; " +
+					"ReadWriteMany is served for volumeMode: Block only, in a PillarStorageClass with multiNodeBlockWriters: true")
+			}
 			switch t.Mount.GetFsType() {
 			case "", string(v1alpha1.FSTypeExt4), string(v1alpha1.FSTypeXFS):
 			default:
@@ -69,6 +79,11 @@ func checkCapabilities(caps []*csi.VolumeCapability) error {
 	return nil
 }
 
+// noMultiWriters is the refusal of a multi-node writer where the class
+// did not allow it.
+const noMultiWriters = "writers on several nodes (ReadWriteMany) need a PillarStorageClass with multiNodeBlockWriters: true, and a volume made in it: " +
+	"the application then coordinates its writes, as on any shared disk (docs/rwx-block.md)"
+
 // accessModeOf is the publication access mode of a capability.
 func accessModeOf(c *csi.VolumeCapability) (v1alpha1.AccessMode, error) {
 	switch m := c.GetAccessMode().GetMode(); m {
@@ -78,8 +93,10 @@ func accessModeOf(c *csi.VolumeCapability) (v1alpha1.AccessMode, error) {
 		return v1alpha1.AccessReadWriteOncePod, nil
 	case csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY:
 		return v1alpha1.AccessReadOnlyMany, nil
+	case csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER:
+		return v1alpha1.AccessReadWriteMany, nil
 	default:
-		return "", fmt.Errorf("access mode %s is not supported: pillar-csi serves single-node writers and multi-node readers", m)
+		return "", fmt.Errorf("access mode %s is not supported: pillar-csi serves single-node writers, multi-node readers, and multi-node writers of raw block volumes", m)
 	}
 }
 
@@ -106,12 +123,15 @@ func fits(size int64, r *csi.CapacityRange) bool {
 }
 
 // compatible reports whether an existing record answers a repeated
-// CreateVolume: the same store and protocol and a size within the range.
-// The access modes are not compared: every volume is a block device that
-// can be published in each mode checkCapabilities accepts, so the record
-// does not keep the ones it was created with.
-func compatible(v *v1alpha1.PillarVolumeState, store, proto string, r *csi.CapacityRange) error {
+// CreateVolume: the same store and protocol, the same consent to writers
+// on several nodes, and a size within the range. The access modes are not
+// compared: every volume is a block device that can be published in each
+// mode checkCapabilities accepts for its class, so the record does not
+// keep the ones it was created with.
+func compatible(v *v1alpha1.PillarVolumeState, store, proto string, multiWriters bool, r *csi.CapacityRange) error {
 	switch {
+	case v.Spec.MultiNodeBlockWriters != multiWriters:
+		return status.Errorf(codes.AlreadyExists, "volume %s exists with multiNodeBlockWriters %v, not %v", v.Name, v.Spec.MultiNodeBlockWriters, multiWriters)
 	case string(v.Spec.StoreName) != store:
 		return status.Errorf(codes.AlreadyExists, "volume %s exists in store %q, not %q", v.Name, v.Spec.StoreName, store)
 	case v.Spec.ProtocolName != "" && string(v.Spec.ProtocolName) != proto:
@@ -136,7 +156,9 @@ func publicationOf(req *csi.ControllerPublishVolumeRequest) (v1alpha1.Publicatio
 	case req.GetVolumeCapability() == nil:
 		return v1alpha1.Publication{}, export.NodeID{}, status.Error(codes.InvalidArgument, "volume capability is required")
 	}
-	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}); err != nil {
+	// The class's consent to several writers is the record's to give
+	// (admit); here only what no volume can have.
+	if err := checkCapabilities([]*csi.VolumeCapability{req.GetVolumeCapability()}, true); err != nil {
 		return v1alpha1.Publication{}, export.NodeID{}, status.Errorf(codes.InvalidArgument, "volume %s: %v", id, err)
 	}
 	mode, _ := accessModeOf(req.GetVolumeCapability())
@@ -197,16 +219,20 @@ func publishable(id string, v *v1alpha1.PillarVolumeState) error {
 	return nil
 }
 
-// admit decides a publication against the record's publications: add it
-// (add true), or it is already there (add false, no error: CSI makes a
-// repeated ControllerPublishVolume succeed), or it is refused. The same
-// node with another mode or read-only flag is ALREADY_EXISTS (CSI: "published
-// at the node ... but is incompatible with the specified volume_capability
-// or readonly flag"). A read-write publication excludes every other one,
-// readers may be many: FAILED_PRECONDITION naming the node that holds it
-// (CSI: "published at another node and does not have MULTI_NODE volume
-// capability"; the Plugin SHOULD name that node in the message).
-func admit(id string, pubs []v1alpha1.Publication, want v1alpha1.Publication) (add bool, err error) {
+// admit decides a publication against the record: add it (add true), or
+// it is already there (add false, no error: CSI makes a repeated
+// ControllerPublishVolume succeed), or it is refused. The same node with
+// another mode or read-only flag is ALREADY_EXISTS (CSI: "published at
+// the node ... but is incompatible with the specified volume_capability
+// or readonly flag"). Readers may be many, and so may ReadWriteMany
+// writers of a volume whose class allowed them, each node a publication
+// of its own; any other read-write publication excludes every other one,
+// and readers and ReadWriteMany writers do not mix: FAILED_PRECONDITION
+// naming the node that holds it (CSI: "published at another node and does
+// not have MULTI_NODE volume capability"; the Plugin SHOULD name that node
+// in the message).
+func admit(id string, v *v1alpha1.PillarVolumeState, want v1alpha1.Publication) (add bool, err error) {
+	pubs := v.Spec.Publications
 	if i := slices.IndexFunc(pubs, func(p v1alpha1.Publication) bool { return p.NodeID == want.NodeID }); i >= 0 {
 		if pubs[i] != want {
 			return false, status.Errorf(codes.AlreadyExists, "volume %s is published to node %s with %s (read-only %v), not %s (read-only %v)",
@@ -214,13 +240,29 @@ func admit(id string, pubs []v1alpha1.Publication, want v1alpha1.Publication) (a
 		}
 		return false, nil
 	}
+	if want.AccessMode == v1alpha1.AccessReadWriteMany && !v.Spec.MultiNodeBlockWriters {
+		return false, errorf(codes.FailedPrecondition, id, "%s", noMultiWriters)
+	}
 	for _, p := range pubs {
-		if p.AccessMode != v1alpha1.AccessReadOnlyMany || want.AccessMode != v1alpha1.AccessReadOnlyMany {
-			return false, errorf(codes.FailedPrecondition, id, "already published to node %s with %s; a %s volume is published to one node at a time: unpublish it there first",
-				nodeName(p.NodeID), p.AccessMode, modeOf(p, want))
+		if p.AccessMode != want.AccessMode || !shareable(p.AccessMode) {
+			return false, errorf(codes.FailedPrecondition, id, "already published to node %s with %s; %s",
+				nodeName(p.NodeID), p.AccessMode, exclusion(p, want))
 		}
 	}
 	return true, nil
+}
+
+// shareable reports whether publications of mode may be many.
+func shareable(mode v1alpha1.AccessMode) bool {
+	return mode == v1alpha1.AccessReadOnlyMany || mode == v1alpha1.AccessReadWriteMany
+}
+
+// exclusion says why want cannot join p.
+func exclusion(p, want v1alpha1.Publication) string {
+	if shareable(p.AccessMode) && shareable(want.AccessMode) {
+		return fmt.Sprintf("a volume is published %s or %s, not both at once: unpublish it there first", p.AccessMode, want.AccessMode)
+	}
+	return fmt.Sprintf("a %s volume is published to one node at a time: unpublish it there first", modeOf(p, want))
 }
 
 // nodeName is the node name of a publication's node ID (NODE/HOST-NQN):
@@ -234,9 +276,10 @@ func nodeName(nodeID string) string {
 	return name
 }
 
-// modeOf is the read-write mode that makes two publications exclusive.
+// modeOf is the mode that makes two publications exclusive: the one that
+// cannot be shared.
 func modeOf(p, want v1alpha1.Publication) v1alpha1.AccessMode {
-	if p.AccessMode != v1alpha1.AccessReadOnlyMany {
+	if !shareable(p.AccessMode) {
 		return p.AccessMode
 	}
 	return want.AccessMode

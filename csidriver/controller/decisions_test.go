@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -38,6 +39,7 @@ const (
 	rwo  = v1alpha1.AccessReadWriteOnce
 	rwop = v1alpha1.AccessReadWriteOncePod
 	rox  = v1alpha1.AccessReadOnlyMany
+	rwx  = v1alpha1.AccessReadWriteMany
 )
 
 // pub is a publication to node (worker-a…) presenting nqn.
@@ -116,7 +118,8 @@ func TestAccessModeOf(t *testing.T) {
 		{"multi-node reader", capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, ""), rox, ""},
 		{"single-node reader", capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_READER_ONLY, ""), rox, ""},
 		{"multi-node single writer", capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, ""), "", "access mode MULTI_NODE_SINGLE_WRITER is not supported"},
-		{"multi-node multi-writer", capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, ""), "", "access mode MULTI_NODE_MULTI_WRITER is not supported"},
+		{"multi-node multi-writer", capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "block"), rwx, ""},
+		{"multi-node single writer", capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, ""), "", "access mode MULTI_NODE_SINGLE_WRITER is not supported"},
 		{"unknown mode", capOf(csi.VolumeCapability_AccessMode_UNKNOWN, ""), "", "access mode UNKNOWN is not supported"},
 		{"a mode number from a newer spec", capOf(99, ""), "", "access mode 99 is not supported"},
 		{"no access mode", &csi.VolumeCapability{}, "", "access mode UNKNOWN is not supported"},
@@ -145,14 +148,45 @@ func TestCheckCapabilities(t *testing.T) {
 		{"xfs readers", []*csi.VolumeCapability{capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY, "xfs")}, ""},
 		{"btrfs", []*csi.VolumeCapability{capOf(rw, "btrfs")}, `filesystem "btrfs" is not supported: use ext4 or xfs`},
 		{"no access type", []*csi.VolumeCapability{{AccessMode: &csi.VolumeCapability_AccessMode{Mode: rw}}}, "access type (block or mount) is required"},
-		{"every capability counts", []*csi.VolumeCapability{capOf(rw, "ext4"), capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "block")},
-			"access mode MULTI_NODE_MULTI_WRITER is not supported"},
-		{"the mode is judged first", []*csi.VolumeCapability{capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "btrfs")},
-			"access mode MULTI_NODE_MULTI_WRITER is not supported"},
+		{"every capability counts", []*csi.VolumeCapability{capOf(rw, "ext4"), capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, "block")},
+			"access mode MULTI_NODE_SINGLE_WRITER is not supported"},
+		{"the mode is judged first", []*csi.VolumeCapability{capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, "btrfs")},
+			"access mode MULTI_NODE_SINGLE_WRITER is not supported"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			err := checkCapabilities(c.caps)
-			if (err == nil) != (c.says == "") || err != nil && err.Error() != c.says && !strings.HasPrefix(err.Error(), c.says) {
+			// What no class allows is refused with or without the
+			// consent to several writers.
+			for _, multi := range []bool{false, true} {
+				err := checkCapabilities(c.caps, multi)
+				if (err == nil) != (c.says == "") || err != nil && err.Error() != c.says && !strings.HasPrefix(err.Error(), c.says) {
+					t.Errorf("checkCapabilities(multiWriters %v) = %v, want %q", multi, err, c.says)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckMultiNodeWriters: a writer on several nodes is served for raw
+// block volumes of a class that consents, and never for a filesystem,
+// whose refusal says why.
+func TestCheckMultiNodeWriters(t *testing.T) {
+	rwx := csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
+	for _, c := range []struct {
+		name  string
+		caps  []*csi.VolumeCapability
+		multi bool
+		says  string // "" is accepted
+	}{
+		{"block, the class consents", []*csi.VolumeCapability{capOf(rwx, "block")}, true, ""},
+		{"block, the class does not", []*csi.VolumeCapability{capOf(rwx, "block")}, false, "writers on several nodes (ReadWriteMany) need a PillarStorageClass with multiNodeBlockWriters: true"},
+		{"ext4, the class consents", []*csi.VolumeCapability{capOf(rwx, "ext4")}, true, "a filesystem volume cannot have writers on several nodes: ext4 and xfs mounted on two nodes at once"},
+		{"xfs, the class does not", []*csi.VolumeCapability{capOf(rwx, "xfs")}, false, "a filesystem volume cannot have writers on several nodes"},
+		{"the default filesystem", []*csi.VolumeCapability{capOf(rwx, "")}, true, "a filesystem volume cannot have writers on several nodes"},
+		{"block among others", []*csi.VolumeCapability{capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "block"), capOf(rwx, "block")}, true, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := checkCapabilities(c.caps, c.multi)
+			if (err == nil) != (c.says == "") || err != nil && !strings.HasPrefix(err.Error(), c.says) {
 				t.Errorf("checkCapabilities = %v, want %q", err, c.says)
 			}
 		})
@@ -185,9 +219,15 @@ func TestCompatible(t *testing.T) {
 			"outside the requested range 0..4194304"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			wantStatus(t, "compatible", compatible(c.v, c.store, c.proto, c.r), c.code, c.says)
+			wantStatus(t, "compatible", compatible(c.v, c.store, c.proto, false, c.r), c.code, c.says)
 		})
 	}
+	// A class's consent to several writers is part of the volume.
+	multi := rec("tcp")
+	multi.Spec.MultiNodeBlockWriters = true
+	wantStatus(t, "compatible", compatible(multi, "tank", "tcp", true, nil), codes.OK, "")
+	wantStatus(t, "compatible", compatible(multi, "tank", "tcp", false, nil), codes.AlreadyExists, "exists with multiNodeBlockWriters true, not false")
+	wantStatus(t, "compatible", compatible(rec("tcp"), "tank", "tcp", true, nil), codes.AlreadyExists, "exists with multiNodeBlockWriters false, not true")
 }
 
 func TestPublicationOf(t *testing.T) {
@@ -213,8 +253,10 @@ func TestPublicationOf(t *testing.T) {
 		{"no volume", req("", nodeA, rw, false), v1alpha1.Publication{}, "", codes.InvalidArgument, "volume ID is required"},
 		{"no node", req(volID, "", rw, false), v1alpha1.Publication{}, "", codes.InvalidArgument, "node ID is required"},
 		{"no capability", req(volID, nodeA, nil, false), v1alpha1.Publication{}, "", codes.InvalidArgument, "volume capability is required"},
-		{"multi-node writers", req(volID, nodeA, capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "ext4"), false),
-			v1alpha1.Publication{}, "", codes.InvalidArgument, "volume " + volID + ": access mode MULTI_NODE_MULTI_WRITER is not supported"},
+		{"multi-node writers of a filesystem", req(volID, nodeA, capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER, "ext4"), false),
+			v1alpha1.Publication{}, "", codes.InvalidArgument, "volume " + volID + ": a filesystem volume cannot have writers on several nodes"},
+		{"multi-node single writer", req(volID, nodeA, capOf(csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER, "block"), false),
+			v1alpha1.Publication{}, "", codes.InvalidArgument, "volume " + volID + ": access mode MULTI_NODE_SINGLE_WRITER is not supported"},
 		{"unserved filesystem", req(volID, nodeA, capOf(csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER, "zfs"), false),
 			v1alpha1.Publication{}, "", codes.InvalidArgument, `filesystem "zfs" is not supported`},
 		{"a node ID without a host NQN", req(volID, "worker-a", rw, false), v1alpha1.Publication{}, "", codes.NotFound, `node "worker-a": `},
@@ -335,15 +377,58 @@ func TestAdmit(t *testing.T) {
 		{"a third reader", pubs(pub("worker-a", nqnA, rox, true), pub("worker-b", nqnB, rox, false)), pub("worker-c", nqnC, rox, true), true, codes.OK, ""},
 		// A mode this release does not know (a record written by hand
 		// or by a newer release) is exclusive: refusing is the safe side.
-		{"a recorded mode of unknown kind", pubs(pub("worker-a", nqnA, "ReadWriteMany", false)), pub("worker-b", nqnB, rox, true), false, codes.FailedPrecondition,
-			"with ReadWriteMany; a ReadWriteMany volume"},
+		{"a recorded mode of unknown kind", pubs(pub("worker-a", nqnA, "ReadWriteSometimes", false)), pub("worker-b", nqnB, rox, true), false, codes.FailedPrecondition,
+			"with ReadWriteSometimes; a ReadWriteSometimes volume"},
 		// Another node that presents the same NQN is another node here;
 		// sharedHostNQN refuses that case before the record is read.
 		{"another node name, the same NQN, readers", pubs(pub("worker-a", nqnA, rox, true)), pub("worker-c", nqnA, rox, true), true, codes.OK, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := slices.Clone(c.have)
-			add, err := admit(volID, c.have, c.want)
+			add, err := admit(volID, &v1alpha1.PillarVolumeState{Spec: v1alpha1.PillarVolumeStateSpec{Publications: c.have}}, c.want)
+			wantStatus(t, "admit", err, c.code, c.says)
+			noHostNQN(t, "admit", err)
+			if add != c.add {
+				t.Errorf("admit added %v, want %v", add, c.add)
+			}
+			if !slices.Equal(c.have, before) {
+				t.Errorf("admit changed the record's publications: %v", c.have)
+			}
+		})
+	}
+}
+
+// TestAdmitMultiNodeWriters: ReadWriteMany publications of a volume whose
+// class consents (multi) are many, one per node, and mix with no other
+// mode; without the consent there is none.
+func TestAdmitMultiNodeWriters(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		have  []v1alpha1.Publication
+		want  v1alpha1.Publication
+		add   bool
+		code  codes.Code
+		says  string
+		multi bool
+	}{
+		{"the first multi-node writer", nil, pub("worker-a", nqnA, rwx, false), true, codes.OK, "", true},
+		{"a second multi-node writer", pubs(pub("worker-a", nqnA, rwx, false)), pub("worker-b", nqnB, rwx, false), true, codes.OK, "", true},
+		{"a third multi-node writer", pubs(pub("worker-a", nqnA, rwx, false), pub("worker-b", nqnB, rwx, false)), pub("worker-c", nqnC, rwx, false), true, codes.OK, "", true},
+		{"the same multi-node writer again", pubs(pub("worker-a", nqnA, rwx, false), pub("worker-b", nqnB, rwx, false)), pub("worker-b", nqnB, rwx, false), false, codes.OK, "", true},
+		{"a multi-node writer, the class does not consent", nil, pub("worker-a", nqnA, rwx, false), false, codes.FailedPrecondition,
+			"writers on several nodes (ReadWriteMany) need a PillarStorageClass with multiNodeBlockWriters: true", false},
+		{"a multi-node writer next to a single-node writer", pubs(pub("worker-a", nqnA, rwo, false)), pub("worker-b", nqnB, rwx, false), false, codes.FailedPrecondition,
+			"already published to node worker-a with ReadWriteOnce; a ReadWriteOnce volume is published to one node at a time", true},
+		{"a single-node writer next to multi-node writers", pubs(pub("worker-a", nqnA, rwx, false)), pub("worker-b", nqnB, rwo, false), false, codes.FailedPrecondition,
+			"already published to node worker-a with ReadWriteMany; a ReadWriteOnce volume is published to one node at a time", true},
+		{"a reader next to multi-node writers", pubs(pub("worker-a", nqnA, rwx, false)), pub("worker-b", nqnB, rox, true), false, codes.FailedPrecondition,
+			"already published to node worker-a with ReadWriteMany; a volume is published ReadWriteMany or ReadOnlyMany, not both at once", true},
+		{"a multi-node writer next to readers", pubs(pub("worker-a", nqnA, rox, true)), pub("worker-b", nqnB, rwx, false), false, codes.FailedPrecondition,
+			"a volume is published ReadOnlyMany or ReadWriteMany, not both at once", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := slices.Clone(c.have)
+			add, err := admit(volID, &v1alpha1.PillarVolumeState{Spec: v1alpha1.PillarVolumeStateSpec{Publications: c.have, MultiNodeBlockWriters: c.multi}}, c.want)
 			wantStatus(t, "admit", err, c.code, c.says)
 			noHostNQN(t, "admit", err)
 			if add != c.add {
@@ -644,5 +729,27 @@ func noHostNQN(t *testing.T, what string, err error) {
 		if strings.Contains(err.Error(), nqn) {
 			t.Errorf("%s: %v names the host NQN %s", what, err, nqn)
 		}
+	}
+}
+
+// TestHeldBy: the events of a hand-over name every node that holds the
+// volume, by node name, and say nothing more for a single publication.
+func TestHeldBy(t *testing.T) {
+	a, b := pub("worker-a", nqnA, rwx, false), pub("worker-b", nqnB, rwx, false)
+	for _, c := range []struct {
+		pubs  []v1alpha1.Publication
+		least int
+		want  string
+	}{
+		{pubs(a), 2, ""},
+		{pubs(a, b), 2, "; now published to worker-a, worker-b"},
+		{nil, 1, ""},
+		{pubs(b), 1, "; now published to worker-b"},
+	} {
+		got := heldBy(c.pubs, c.least)
+		if got != c.want {
+			t.Errorf("heldBy(%v, %d) = %q, want %q", c.pubs, c.least, got, c.want)
+		}
+		noHostNQN(t, "heldBy", errors.New(got))
 	}
 }

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -42,6 +43,14 @@ func (s *Service) controllerExpandVolume(ctx context.Context, req *csi.Controlle
 		if v.Status.CapacityBytes >= size && v.Spec.CapacityBytes >= size {
 			got = v.Status.CapacityBytes
 			return nil
+		}
+		if len(v.Spec.Publications) > 1 && v.Spec.Publications[0].AccessMode == v1alpha1.AccessReadWriteMany {
+			// Writers on two nodes are a hand-over in progress (a live
+			// migration): the volume grows once one node holds it, and
+			// the resizer retries until then. Neither node's view of the
+			// device changes under it meanwhile.
+			return errorf(codes.FailedPrecondition, id, "the volume is published ReadWriteMany to %d nodes (%s): it is expanded when one node holds it (docs/rwx-block.md)",
+				len(v.Spec.Publications), strings.Join(nodeNames(v.Spec.Publications), ", "))
 		}
 		v.Spec.CapacityBytes = max(v.Spec.CapacityBytes, size)
 		tok, err := s.issue(ctx, v)

@@ -51,7 +51,7 @@ func (s *Service) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valid
 	if v == nil {
 		return nil, errorf(codes.NotFound, id, "no such volume")
 	}
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil {
+	if err := checkCapabilities(req.GetVolumeCapabilities(), v.Spec.MultiNodeBlockWriters); err != nil {
 		return &csi.ValidateVolumeCapabilitiesResponse{Message: err.Error()}, nil
 	}
 	return &csi.ValidateVolumeCapabilitiesResponse{Confirmed: &csi.ValidateVolumeCapabilitiesResponse_Confirmed{
@@ -61,7 +61,8 @@ func (s *Service) ValidateVolumeCapabilities(ctx context.Context, req *csi.Valid
 // GetCapacity reports the space the agent has for new volumes in the store
 // the parameters name (thin-aware: the agent applies the overcommit rule).
 func (s *Service) GetCapacity(ctx context.Context, req *csi.GetCapacityRequest) (*csi.GetCapacityResponse, error) {
-	if err := checkCapabilities(req.GetVolumeCapabilities()); err != nil && len(req.GetVolumeCapabilities()) > 0 {
+	// Capacity does not depend on the class's consent to several writers.
+	if err := checkCapabilities(req.GetVolumeCapabilities(), true); err != nil && len(req.GetVolumeCapabilities()) > 0 {
 		return &csi.GetCapacityResponse{}, nil
 	}
 	name := req.GetParameters()[v1alpha1.StorageClassParamStore]

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"strings"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,7 @@ func (s *Service) controllerPublishVolume(ctx context.Context, req *csi.Controll
 				return err
 			}
 		}
-		add, err := admit(id, v.Spec.Publications, want)
+		add, err := admit(id, v, want)
 		if err != nil {
 			return err
 		}
@@ -57,7 +58,7 @@ func (s *Service) controllerPublishVolume(ctx context.Context, req *csi.Controll
 			return err
 		}
 		if add {
-			s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonPublished, "published to node %s (%s, read-only %v)", nodeName(want.NodeID), want.AccessMode, want.ReadOnly)
+			s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonPublished, "published to node %s (%s, read-only %v)%s", nodeName(want.NodeID), want.AccessMode, want.ReadOnly, heldBy(v.Spec.Publications, 2))
 		}
 		if !*v.Spec.Export.ACLEnabled {
 			return nil
@@ -130,11 +131,22 @@ func (s *Service) controllerUnpublishVolume(ctx context.Context, req *csi.Contro
 		if err := s.cfg.Client.Update(ctx, v); err != nil {
 			return lostOr(err, id, "removing the publication")
 		}
-		s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonUnpublished, "unpublished from %s", nodeNames(u.gone))
+		s.event(v, corev1.EventTypeNormal, v1alpha1.ReasonUnpublished, "unpublished from %s%s", nodeNames(u.gone), heldBy(u.keep, 1))
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &csi.ControllerUnpublishVolumeResponse{}, nil
+}
+
+// heldBy names, for an event, every node a volume is published to, when
+// there are at least that many: what a hand-over between two nodes looks
+// like in the claim's events (a publication names the others once there
+// are two, an unpublication those that remain).
+func heldBy(pubs []v1alpha1.Publication, least int) string {
+	if len(pubs) < least {
+		return ""
+	}
+	return "; now published to " + strings.Join(nodeNames(pubs), ", ")
 }

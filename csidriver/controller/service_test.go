@@ -222,7 +222,7 @@ func TestCreateVolume(t *testing.T) {
 	bad := createReq("pvc-bad", 1<<20)
 	bad.VolumeCapabilities = []*csi.VolumeCapability{mountCap(csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER)}
 	_, err = s.CreateVolume(ctx, bad)
-	wantCode(t, "multi-node writer", err, codes.InvalidArgument, "MULTI_NODE_MULTI_WRITER")
+	wantCode(t, "multi-node writer of a filesystem", err, codes.InvalidArgument, "a filesystem volume cannot have writers on several nodes")
 	bad = createReq("pvc-bad", 1<<20)
 	bad.VolumeCapabilities[0] = &csi.VolumeCapability{AccessMode: rwo.AccessMode, AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "btrfs"}}}
 	_, err = s.CreateVolume(ctx, bad)

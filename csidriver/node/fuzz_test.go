@@ -189,6 +189,9 @@ func FuzzMountFlags(f *testing.F) {
 		if block {
 			return
 		}
+		if c.AccessMode.Mode == csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER {
+			t.Fatalf("a filesystem accepted for writers on several nodes: %+v", got)
+		}
 		if !slices.Contains(FsTypes, got.fsType) || (fsType != "" && got.fsType != fsType) || !slices.Equal(got.mountFlags, flags) {
 			t.Fatalf("fs_type %q, flags %q accepted as %+v", fsType, flags, got)
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/api/export"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/csidriver/internal/nvmeof/nvmeoftest"
+	"github.com/pillar-csi/pillar-csi/csidriver/internal/stage"
 )
 
 const (
@@ -197,9 +198,12 @@ func TestStageValidation(t *testing.T) {
 		{"dotdot staging path", func(r *csi.NodeStageVolumeRequest) { r.StagingTargetPath = "/var/lib/../../etc" }, "not a clean path"},
 		{"root staging path", func(r *csi.NodeStageVolumeRequest) { r.StagingTargetPath = "/" }, "must not be /"},
 		{"no capability", func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability = nil }, "volume_capability is missing"},
-		{"multi writer", func(r *csi.NodeStageVolumeRequest) {
+		{"multi writer of a filesystem", func(r *csi.NodeStageVolumeRequest) {
 			r.VolumeCapability.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER
-		}, "access mode MULTI_NODE_MULTI_WRITER is not supported"},
+		}, "access mode MULTI_NODE_MULTI_WRITER is served for raw block volumes only"},
+		{"multi-node single writer", func(r *csi.NodeStageVolumeRequest) {
+			r.VolumeCapability.AccessMode.Mode = csi.VolumeCapability_AccessMode_MULTI_NODE_SINGLE_WRITER
+		}, "access mode MULTI_NODE_SINGLE_WRITER is not supported"},
 		{"no access type", func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability.AccessType = nil }, "neither mount nor block"},
 		{"btrfs", func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability = mountCap("btrfs") }, `fs_type "btrfs" is not supported`},
 		{"bind flag", func(r *csi.NodeStageVolumeRequest) { r.VolumeCapability = mountCap("ext4", "bind") }, `mount flag "bind"`},
@@ -907,4 +911,17 @@ func TestStatusOfCommandDeadline(t *testing.T) {
 		Err: errors.Join(errors.New("signal: killed"), context.DeadlineExceeded)}
 	wantCode(t, statusOf("prepare filesystem", fmt.Errorf("wrapped: %w", err)), codes.DeadlineExceeded, "mkfs.xfs")
 	wantCode(t, statusOf("prepare filesystem", &command.Error{Cmd: []string{"mkfs.xfs"}, ExitCode: 1, Err: errors.New("exit status 1")}), codes.Internal, "mkfs.xfs")
+}
+
+// TestMultiNodeWriterCapability: a node stages a volume for writers on
+// several nodes as a raw block device, read-write, and never mounts a
+// filesystem for them.
+func TestMultiNodeWriterCapability(t *testing.T) {
+	rwx := &csi.VolumeCapability_AccessMode{Mode: csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER}
+	got, err := validCapability(&csi.VolumeCapability{AccessMode: rwx, AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}})
+	if err != nil || got.access != stage.Block || got.readOnly {
+		t.Errorf("a raw block volume for writers on several nodes: %+v, %v; want block, read-write", got, err)
+	}
+	_, err = validCapability(&csi.VolumeCapability{AccessMode: rwx, AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: "xfs"}}})
+	wantCode(t, err, codes.InvalidArgument, "served for raw block volumes only")
 }

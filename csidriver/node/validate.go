@@ -87,10 +87,12 @@ var readOnlyModes = []csi.VolumeCapability_AccessMode_Mode{
 	csi.VolumeCapability_AccessMode_MULTI_NODE_READER_ONLY,
 }
 
-// supportedModes are ReadWriteOnce, ReadWriteOncePod and ReadOnlyMany.
+// supportedModes are ReadWriteOnce, ReadWriteOncePod, ReadOnlyMany and,
+// for raw block volumes only, ReadWriteMany.
 var supportedModes = append([]csi.VolumeCapability_AccessMode_Mode{
 	csi.VolumeCapability_AccessMode_SINGLE_NODE_WRITER,
 	csi.VolumeCapability_AccessMode_SINGLE_NODE_SINGLE_WRITER,
+	csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER,
 }, readOnlyModes...)
 
 func validCapability(c *csi.VolumeCapability) (capability, error) {
@@ -99,7 +101,12 @@ func validCapability(c *csi.VolumeCapability) (capability, error) {
 	}
 	mode := c.GetAccessMode().GetMode()
 	if !slices.Contains(supportedModes, mode) {
-		return capability{}, invalid("access mode %s is not supported (want SINGLE_NODE_WRITER, SINGLE_NODE_SINGLE_WRITER, SINGLE_NODE_READER_ONLY or MULTI_NODE_READER_ONLY)", mode)
+		return capability{}, invalid("access mode %s is not supported (want SINGLE_NODE_WRITER, SINGLE_NODE_SINGLE_WRITER, SINGLE_NODE_READER_ONLY, MULTI_NODE_READER_ONLY, or MULTI_NODE_MULTI_WRITER for a raw block volume)", mode)
+	}
+	if _, block := c.GetAccessType().(*csi.VolumeCapability_Block); mode == csi.VolumeCapability_AccessMode_MULTI_NODE_MULTI_WRITER && !block {
+		// The controller refuses it too; a filesystem mounted on two
+		// nodes at once would be corrupted, so this node never mounts one.
+		return capability{}, invalid("access mode MULTI_NODE_MULTI_WRITER is served for raw block volumes only: ext4 and xfs mounted on two nodes at once corrupt each other")
 	}
 	out := capability{readOnly: slices.Contains(readOnlyModes, mode)}
 	switch t := c.GetAccessType().(type) {

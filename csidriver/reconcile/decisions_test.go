@@ -105,6 +105,16 @@ func TestDesiredStorageClass(t *testing.T) {
 		*d.VolumeBindingMode != storagev1.VolumeBindingImmediate || !*d.AllowVolumeExpansion {
 		t.Errorf("defaults = %+v", d)
 	}
+	// The consent to several writers is a parameter only when given: the
+	// classes of every other PillarStorageClass keep the parameters they
+	// were made with.
+	if _, ok := d.Parameters[v1alpha1.StorageClassParamMultiNodeBlockWriters]; ok || len(d.Parameters) != 3 {
+		t.Errorf("parameters of a class without multiNodeBlockWriters: %v", d.Parameters)
+	}
+	m := desired(&v1alpha1.PillarStorageClass{ObjectMeta: metav1.ObjectMeta{Name: "m"}, Spec: v1alpha1.PillarStorageClassSpec{StoreName: "s", ProtocolName: "p", MultiNodeBlockWriters: true}})
+	if m.Parameters[v1alpha1.StorageClassParamMultiNodeBlockWriters] != "true" {
+		t.Errorf("parameters of a class with multiNodeBlockWriters: %v", m.Parameters)
+	}
 	// What Kubernetes forbids changing is told apart from what it allows.
 	edited := d.DeepCopy()
 	edited.MountOptions = []string{"sync"}

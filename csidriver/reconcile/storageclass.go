@@ -107,6 +107,11 @@ func desired(p *v1alpha1.PillarStorageClass) *storagev1.StorageClass {
 		AllowVolumeExpansion: &expand,
 		MountOptions:         slices.Clone(p.Spec.MountOptions),
 	}
+	if p.Spec.MultiNodeBlockWriters {
+		// Only when on: the classes of every other PillarStorageClass keep
+		// the parameters they were made with (they are immutable).
+		sc.Parameters[v1alpha1.StorageClassParamMultiNodeBlockWriters] = "true"
+	}
 	return sc
 }
 
