@@ -189,8 +189,8 @@ func TestPrinterColumns(t *testing.T) {
 		"pillaragents":         {"Name", "Node", "Address", "Port", "TLS", "Endpoint", "Version", "Ready", "Reason", "Age"},
 		"pillarstores":         {"Name", "Agent", "Type", "Pool", "VG", "Total", "Available", "Ready", "Reason", "Age"},
 		"pillarprotocols":      {"Name", "Type", "Address", "Port", "ACL", "Classes", "Ready", "Age"},
-		"pillarstorageclasses": {"Name", "Store", "Protocol", "FSType", "Reclaim", "StorageClass", "Ready", "Reason", "Age"},
-		"pillarvolumestates":   {"Name", "Store", "Protocol", "Capacity", "Generation", "Nodes", "Ready", "Export-Missing", "Claim-Namespace", "Claim", "Failed", "Error", "Message", "Age"},
+		"pillarstorageclasses": {"Name", "Store", "Protocol", "FSType", "Multi-Writers", "Reclaim", "StorageClass", "Ready", "Reason", "Age"},
+		"pillarvolumestates":   {"Name", "Store", "Protocol", "Capacity", "Generation", "Nodes", "Multi-Writers", "Ready", "Export-Missing", "Claim-Namespace", "Claim", "Failed", "Error", "Message", "Age"},
 	} {
 		if got := columns(get("/apis/pillar-csi.io/v1alpha1/" + resource)); !slices.Equal(got, want) {
 			t.Errorf("%s columns = %v, want %v", resource, got, want)
@@ -207,7 +207,7 @@ func TestPrinterColumns(t *testing.T) {
 	}
 	for col, want := range map[string]any{
 		"Name": "columns-volume", "Store": "zfs-tank", "Protocol": "nvmeof",
-		"Capacity": float64(1 << 30), "Generation": float64(1), "Nodes": "worker-1", "Ready": "True",
+		"Capacity": float64(1 << 30), "Generation": float64(1), "Nodes": "worker-1", "Multi-Writers": false, "Ready": "True",
 		"Claim-Namespace": "team-a", "Claim": "data", "Failed": "ControllerPublishVolume", "Error": "Unavailable",
 		"Message": "agent storage-1 unreachable",
 	} {

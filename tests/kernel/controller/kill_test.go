@@ -54,7 +54,8 @@ const killAttemptsOnNode = 5
 // zvol shows in the store (the backend create done, the export next or
 // under way: CreateVolume writes the record's status only when both are
 // done, so no record write marks this moment); during DeleteVolume as soon as
-// it records the export removed (the agent's DeleteVolume next). A fresh
+// the record is marked deleted (the agent's one DeleteVolume call, which
+// removes the export and then the zvol, next). A fresh
 // controller process is started each time and the call is retried, as the
 // CSI sidecars do: the retried CreateVolume must leave exactly one zvol,
 // a whole export and a complete record; the retried DeleteVolume no zvol,
@@ -124,14 +125,14 @@ func TestCSIControllerKilledMidCall(t *testing.T) {
 		})
 	}
 
-	t.Run("DeleteVolume/unexported", func(t *testing.T) {
+	t.Run("DeleteVolume/markedDeleted", func(t *testing.T) {
 		parent := s.t
 		s.t = t
 		defer func() { s.t = parent }()
 		id := "pvc-ckill-" + fixture.RandomHex(t, 4)
 		v := s.createVolume(st, id, volumeSize)
-		kp := killPoint{name: "unexported", what: "the record says the export is removed", reached: func(v *v1alpha1.PillarVolumeState) bool {
-			return !v.DeletionTimestamp.IsZero() && !v.Status.Exported
+		kp := killPoint{name: "markedDeleted", what: "the record is marked deleted", reached: func(v *v1alpha1.PillarVolumeState) bool {
+			return !v.DeletionTimestamp.IsZero()
 		}}
 		s.killDuring(t, id, kp, func(ctx context.Context) error {
 			_, err := s.ctrl.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id})
