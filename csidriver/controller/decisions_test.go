@@ -384,16 +384,7 @@ func TestAdmit(t *testing.T) {
 		{"another node name, the same NQN, readers", pubs(pub("worker-a", nqnA, rox, true)), pub("worker-c", nqnA, rox, true), true, codes.OK, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before := slices.Clone(c.have)
-			add, err := admit(volID, &v1alpha1.PillarVolumeState{Spec: v1alpha1.PillarVolumeStateSpec{Publications: c.have}}, c.want)
-			wantStatus(t, "admit", err, c.code, c.says)
-			noHostNQN(t, "admit", err)
-			if add != c.add {
-				t.Errorf("admit added %v, want %v", add, c.add)
-			}
-			if !slices.Equal(c.have, before) {
-				t.Errorf("admit changed the record's publications: %v", c.have)
-			}
+			checkAdmit(t, &v1alpha1.PillarVolumeState{Spec: v1alpha1.PillarVolumeStateSpec{Publications: c.have}}, c.want, c.add, c.code, c.says)
 		})
 	}
 }
@@ -427,17 +418,25 @@ func TestAdmitMultiNodeWriters(t *testing.T) {
 			"a volume is published ReadOnlyMany or ReadWriteMany, not both at once", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before := slices.Clone(c.have)
-			add, err := admit(volID, &v1alpha1.PillarVolumeState{Spec: v1alpha1.PillarVolumeStateSpec{Publications: c.have, MultiNodeBlockWriters: c.multi}}, c.want)
-			wantStatus(t, "admit", err, c.code, c.says)
-			noHostNQN(t, "admit", err)
-			if add != c.add {
-				t.Errorf("admit added %v, want %v", add, c.add)
-			}
-			if !slices.Equal(c.have, before) {
-				t.Errorf("admit changed the record's publications: %v", c.have)
-			}
+			checkAdmit(t, &v1alpha1.PillarVolumeState{Spec: v1alpha1.PillarVolumeStateSpec{Publications: c.have, MultiNodeBlockWriters: c.multi}}, c.want, c.add, c.code, c.says)
 		})
+	}
+}
+
+// checkAdmit asserts admit's decision on want against v: whether it adds,
+// the code and message, no host NQN in the message, and the record's
+// publications left as they were.
+func checkAdmit(t *testing.T, v *v1alpha1.PillarVolumeState, want v1alpha1.Publication, wantAdd bool, code codes.Code, says string) {
+	t.Helper()
+	before := slices.Clone(v.Spec.Publications)
+	add, err := admit(volID, v, want)
+	wantStatus(t, "admit", err, code, says)
+	noHostNQN(t, "admit", err)
+	if add != wantAdd {
+		t.Errorf("admit added %v, want %v", add, wantAdd)
+	}
+	if !slices.Equal(v.Spec.Publications, before) {
+		t.Errorf("admit changed the record's publications: %v", v.Spec.Publications)
 	}
 }
 

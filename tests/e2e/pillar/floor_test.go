@@ -41,13 +41,6 @@ const (
 func installFloor(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
 	ctx := context.Background()
-	bin := filepath.Join(lab.root, "bin", "floor-csi")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%v (make e2e-perf builds it)", err)
-	}
-	if err := c.ImportStatic(ctx, "floor-csi", bin, floorImage); err != nil {
-		t.Fatal(err)
-	}
 	// pillar-csi's csi-provisioner container as the chart made it: image,
 	// flags, environment, socket mount.
 	raw := kubectl(t, c, "get", "deployment", "-n", deploy.Namespace, deploy.Release+"-controller", "-o",
@@ -67,19 +60,33 @@ func installFloor(t *testing.T, c *cluster.Cluster) {
 			kubeletDir = strings.TrimSuffix(v, "/")
 		}
 	}
-	objects := floorObjects(string(provJSON), kubeletDir)
-	apply(t, c, objects)
-	t.Cleanup(func() {
-		logKubectl(t, c, "logs", "-n", floorNamespace, "deployment/floor-controller", "--all-containers", "--tail=20")
-		if out, err := c.Kubectl(context.Background(), []byte(objects), "delete", "-f", "-", "--wait=true", "--timeout=3m"); err != nil {
-			t.Errorf("delete the floor driver: %v\n%s", err, out)
-		}
-	})
+	runTool(t, c, "floor-csi", floorImage, floorObjects(string(provJSON), kubeletDir), floorNamespace, "deployment/floor-controller")
 	wait(t, c, floorNamespace, "deployment/floor-controller", "condition=Available", 5*time.Minute)
 	wait(t, c, floorNamespace, "daemonset/floor-node", "jsonpath={.status.numberReady}=1", 5*time.Minute)
 	poll(t, "the floor driver registered on "+c.NodeName, 3*time.Minute, 2*time.Second, func() (bool, string) {
 		out, err := c.Kubectl(ctx, nil, "get", "csinode", c.NodeName, "-o", "jsonpath={.spec.drivers[*].name}")
 		return err == nil && strings.Contains(string(out), floorDriver), fmt.Sprintf("CSINode drivers %q (%v)", out, err)
+	})
+}
+
+// runTool imports bin/<name> (make e2e-perf builds it) as the image ref,
+// applies objects, and at the end of the test logs the last lines of
+// workload in namespace ns and deletes the objects again.
+func runTool(t *testing.T, c *cluster.Cluster, name, ref, objects, ns, workload string) {
+	t.Helper()
+	bin := filepath.Join(lab.root, "bin", name)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%v (make e2e-perf builds it)", err)
+	}
+	if err := c.ImportStatic(context.Background(), name, bin, ref); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, c, objects)
+	t.Cleanup(func() {
+		logKubectl(t, c, "logs", "-n", ns, workload, "--all-containers", "--tail=20")
+		if out, err := c.Kubectl(context.Background(), []byte(objects), "delete", "-f", "-", "--wait=true", "--timeout=3m"); err != nil {
+			t.Errorf("delete %s: %v\n%s", name, err, out)
+		}
 	})
 }
 
@@ -213,22 +220,7 @@ spec:
 // test.
 func installLocalPath(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
-	ctx := context.Background()
-	bin := filepath.Join(lab.root, "bin", "local-path-provisioner")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("%v (make e2e-perf builds it)", err)
-	}
-	if err := c.ImportStatic(ctx, "local-path-provisioner", bin, localPathImage); err != nil {
-		t.Fatal(err)
-	}
-	objects := localPathObjects()
-	apply(t, c, objects)
-	t.Cleanup(func() {
-		logKubectl(t, c, "logs", "-n", localPathNS, "deployment/local-path-provisioner", "--tail=20")
-		if out, err := c.Kubectl(context.Background(), []byte(objects), "delete", "-f", "-", "--wait=true", "--timeout=3m"); err != nil {
-			t.Errorf("delete local-path-provisioner: %v\n%s", err, out)
-		}
-	})
+	runTool(t, c, "local-path-provisioner", localPathImage, localPathObjects(), localPathNS, "deployment/local-path-provisioner")
 	wait(t, c, localPathNS, "deployment/local-path-provisioner", "condition=Available", 5*time.Minute)
 }
 

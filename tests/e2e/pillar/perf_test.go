@@ -170,9 +170,7 @@ func TestPerformance(t *testing.T) {
 				got := waitAll(t, c, ns, n, t0, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"})
 				r := perfResult{part: fmt.Sprintf("%d claims at once", n), driver: d.name, n: n, bound: got[0], warnings: warningEvents(t, c, ns)}
 				if d.name == "pillar-csi" {
-					logEventSummary(t, c, ns)
-					logControllerMetrics(t, c)
-					logAgentErrors(t, c, t0)
+					logWhereTimeWent(t, c, ns, t0)
 				}
 				r.deleted = deleteAll(t, c, ns, n, before)
 				keep(r)
@@ -208,9 +206,7 @@ func TestPerformance(t *testing.T) {
 				got := waitAll(t, c, ns, n, t1, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"}, phaseWait{"pods", "pod-data-", "Running"})
 				r := perfResult{part: fmt.Sprintf("%d claims and pods at once", n), driver: d.name, n: n, bound: got[0], running: got[1], warnings: warningEvents(t, c, ns)}
 				if d.name == "pillar-csi" {
-					logEventSummary(t, c, ns)
-					logControllerMetrics(t, c)
-					logAgentErrors(t, c, t1)
+					logWhereTimeWent(t, c, ns, t1)
 				}
 				r.deleted = deleteAll(t, c, ns, n, before)
 				keep(r)
@@ -246,6 +242,16 @@ func warningEvents(t *testing.T, c *cluster.Cluster, ns string) int {
 		}
 	}
 	return n
+}
+
+// logWhereTimeWent logs, after a burst of pillar-csi's claims in ns
+// that began at since, the namespace's events, pillar-controller's CSI
+// metrics and the agent's errors.
+func logWhereTimeWent(t *testing.T, c *cluster.Cluster, ns string, since time.Time) {
+	t.Helper()
+	logEventSummary(t, c, ns)
+	logControllerMetrics(t, c)
+	logAgentErrors(t, c, since)
 }
 
 // hostPathDir is a directory on the node for the baseline pods.

@@ -116,8 +116,9 @@ generated and certManager: pass (list $ nodeName). */}}
 {{- end -}}
 
 {{/* The agent DaemonSet of one storage node where each has its own
-(pillar-csi.agentPerNode): pass (list $ nodeName). Names longer than 63 characters end in a hash of
-the node's name, so that two long node names never give one name. */}}
+(pillar-csi.agentPerNode): pass (list $ nodeName). Names longer than 63
+characters end in a hash of the node's name, so that two long node names
+never give one name. */}}
 {{- define "pillar-csi.agentNodeName" -}}
 {{- $n := printf "%s-%s" (include "pillar-csi.agentName" (index . 0)) (index . 1) -}}
 {{- if le (len $n) 63 -}}
