@@ -160,20 +160,23 @@ func TestPerformance(t *testing.T) {
 	for _, n := range bursts {
 		t.Run(fmt.Sprintf("claims-%d", n), func(t *testing.T) {
 			for _, d := range drivers {
-				ns := testNamespace(t, c)
-				var all strings.Builder
-				for i := range n {
-					fmt.Fprintf(&all, "---\n%s", claim(ns, fmt.Sprintf("data-%03d", i), d.class, "Filesystem", "ReadWriteOnce", perfBurstSize))
-				}
-				t0 := time.Now()
-				apply(t, c, all.String())
-				got := waitAll(t, c, ns, n, t0, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"})
-				r := perfResult{part: fmt.Sprintf("%d claims at once", n), driver: d.name, n: n, bound: got[0], warnings: warningEvents(t, c, ns)}
-				if d.name == "pillar-csi" {
-					logWhereTimeWent(t, c, ns, t0)
-				}
-				r.deleted = deleteAll(t, c, ns, n, before)
-				keep(r)
+				// A subtest each: its namespace is named after it.
+				t.Run(d.name, func(t *testing.T) {
+					ns := testNamespace(t, c)
+					var all strings.Builder
+					for i := range n {
+						fmt.Fprintf(&all, "---\n%s", claim(ns, fmt.Sprintf("data-%03d", i), d.class, "Filesystem", "ReadWriteOnce", perfBurstSize))
+					}
+					t0 := time.Now()
+					apply(t, c, all.String())
+					got := waitAll(t, c, ns, n, t0, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"})
+					r := perfResult{part: fmt.Sprintf("%d claims at once", n), driver: d.name, n: n, bound: got[0], warnings: warningEvents(t, c, ns)}
+					if d.name == "pillar-csi" {
+						logWhereTimeWent(t, c, ns, t0)
+					}
+					r.deleted = deleteAll(t, c, ns, n, before)
+					keep(r)
+				})
 			}
 		})
 	}
@@ -192,24 +195,26 @@ func TestPerformance(t *testing.T) {
 			deletePods(t, c, ns)
 			keep(perfResult{part: fmt.Sprintf("%d claims and pods at once", n), driver: "hostPath pod", n: n, running: baseline})
 			for _, d := range drivers {
-				ns := testNamespace(t, c)
-				var all strings.Builder
-				for i := range n {
-					name := fmt.Sprintf("data-%03d", i)
-					fmt.Fprintf(&all, "---\n%s---\n%s", claim(ns, name, d.class, "Filesystem", "ReadWriteOnce", perfClaimSize),
-						pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
-				}
-				t1 := time.Now()
-				apply(t, c, all.String())
-				// One poll watches both, so that a pod Running before the
-				// last claim is Bound is timed when it is.
-				got := waitAll(t, c, ns, n, t1, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"}, phaseWait{"pods", "pod-data-", "Running"})
-				r := perfResult{part: fmt.Sprintf("%d claims and pods at once", n), driver: d.name, n: n, bound: got[0], running: got[1], warnings: warningEvents(t, c, ns)}
-				if d.name == "pillar-csi" {
-					logWhereTimeWent(t, c, ns, t1)
-				}
-				r.deleted = deleteAll(t, c, ns, n, before)
-				keep(r)
+				t.Run(d.name, func(t *testing.T) {
+					ns := testNamespace(t, c)
+					var all strings.Builder
+					for i := range n {
+						name := fmt.Sprintf("data-%03d", i)
+						fmt.Fprintf(&all, "---\n%s---\n%s", claim(ns, name, d.class, "Filesystem", "ReadWriteOnce", perfClaimSize),
+							pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
+					}
+					t1 := time.Now()
+					apply(t, c, all.String())
+					// One poll watches both, so that a pod Running before the
+					// last claim is Bound is timed when it is.
+					got := waitAll(t, c, ns, n, t1, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"}, phaseWait{"pods", "pod-data-", "Running"})
+					r := perfResult{part: fmt.Sprintf("%d claims and pods at once", n), driver: d.name, n: n, bound: got[0], running: got[1], warnings: warningEvents(t, c, ns)}
+					if d.name == "pillar-csi" {
+						logWhereTimeWent(t, c, ns, t1)
+					}
+					r.deleted = deleteAll(t, c, ns, n, before)
+					keep(r)
+				})
 			}
 		})
 	}
