@@ -149,7 +149,12 @@ e2e-certmanager: pillar-lab images cluster-tools $(CERTMANAGER) ## Prove the cha
 # name): an RWO volume refused to it while the main node holds it, moved
 # to it, and read back there after its own power cut, a worker's real
 # reboot; a ReadOnlyMany volume read by a pod on each node at once
-# (TestReadOnlyMany). The storage guest has one vCPU: two guests of two vCPUs on two host cores slowed everything
+# (TestReadOnlyMany). The main guest's node then becomes a second
+# storage node (TestScaleOutTwoStorageNodes: pools, an agent, a store and
+# a class of its own): a burst of claims bound on the peer's class alone,
+# then spread over both classes, and the peer's power cut while a pod
+# writes on each node, the main node's writer never interrupted. The
+# storage guest has one vCPU: two guests of two vCPUs on two host cores slowed everything
 # 1.5-2.4x, and it idles once its node is up.
 # make check does not run them: on the CI machine the two guests ran
 # 1.6x slower than on an idle host (the install and the power cut took
@@ -158,18 +163,21 @@ e2e-certmanager: pillar-lab images cluster-tools $(CERTMANAGER) ## Prove the cha
 # TestStorageNodeRestart. make e2e-power-cut is the shorter part (install
 # and power cut). Measured on an idle host: make e2e-two 25 minutes of VM
 # time before TestTwoWorkers, which adds about 10 (628 s on a slow host),
-# make e2e-power-cut about 13.
-E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestReadOnlyMany|TestTenantEgressPolicy|TestStorageNodePowerCut|TestTwoWorkers)$$
+# make e2e-power-cut about 13. TestScaleOutTwoStorageNodes (two bursts
+# of 40 claims and their deletion, a third power cut) is not measured
+# yet: the time limits below were raised by 50 minutes for it on a
+# guess, to be set from its first runs.
+E2E_TWO_RUN ?= ^(TestInstall|TestQuickstart|TestVolumes|TestReadOnlyMany|TestTenantEgressPolicy|TestStorageNodePowerCut|TestTwoWorkers|TestScaleOutTwoStorageNodes)$$
 E2E_POWER_CUT_RUN ?= ^(TestInstall|TestStorageNodePowerCut)$$
 E2E_PEER_MEMORY_MB ?= 1536
 # The peer's disks (sparse): the zpool, the volume group (as large as the
 # one-guest VG, whose thin pool tests/e2e/deploy sizes for TestSnapshots),
 # the agent's state.
 two_guests = $(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -peer-m $(E2E_PEER_MEMORY_MB) -peer-smp 1 -peer-disks 4096,3072,256
-e2e_two = $(two_guests) -timeout 80m tests/e2e/pillar -- -test.timeout 70m
+e2e_two = $(two_guests) -timeout 130m tests/e2e/pillar -- -test.timeout 120m
 
 .PHONY: e2e-two
-e2e-two: pillar-lab images cluster-tools $(BIN)/kube-network-policies ## Run the end-to-end tests that need two kernels (storage node and worker in separate guests, the storage node's power cut, the storage node as a second worker) in the lab (needs root)
+e2e-two: pillar-lab images cluster-tools $(BIN)/kube-network-policies ## Run the end-to-end tests that need two kernels (storage node and worker in separate guests, the storage node's power cut, the storage node as a second worker, the worker as a second storage node) in the lab (needs root)
 	$(e2e_two) -test.run '$(E2E_TWO_RUN)' $(E2EFLAGS)
 
 .PHONY: e2e-power-cut

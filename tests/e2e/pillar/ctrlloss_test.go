@@ -36,17 +36,9 @@ spec:
     bindAddress: 0.0.0.0
     port: 4421
     aclEnabled: true
-    connect: {ctrlLossTimeoutSeconds: %[3]d, reconnectDelaySeconds: 5, keepAliveTimeoutSeconds: 5}
+    connect: {ctrlLossTimeoutSeconds: %[2]d, reconnectDelaySeconds: 5, keepAliveTimeoutSeconds: 5}
 ---
-apiVersion: pillar-csi.io/v1alpha1
-kind: PillarStorageClass
-metadata: {name: %[2]s}
-spec:
-  storeName: zfs-tank
-  protocolName: %[1]s
-  fsType: ext4
-  reclaimPolicy: Delete
-`, shortLossProtocol, shortLossClass, int(ctrlLoss.Seconds()))
+`, shortLossProtocol, int(ctrlLoss.Seconds())) + pillarClass(shortLossClass, "zfs-tank", shortLossProtocol)
 
 // proberScript writes and fsyncs a small file every 2 s and exits with
 // the error when a write fails: the application of a Deployment, whose

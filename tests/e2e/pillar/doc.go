@@ -24,7 +24,9 @@
 // own, which the suite also uses as a second worker: its power is cut
 // under a pod on the main node (TestStorageNodePowerCut), and under a pod
 // on itself after an RWO volume was refused to it and moved to it
-// (TestTwoWorkers).
+// (TestTwoWorkers). The main guest's node then becomes a second storage
+// node, and the peer's power cut must leave its volumes alone
+// (TestScaleOutTwoStorageNodes).
 //
 // The tests carry the kernel build tag and run with make e2e (all of
 // them), make e2e-ci (the subset make check runs), make e2e-certmanager

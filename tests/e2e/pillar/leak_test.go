@@ -58,14 +58,7 @@ spec:
   type: LVM
   lvm: {volumeGroup: %[3]s}
 ---
-apiVersion: pillar-csi.io/v1alpha1
-kind: PillarStorageClass
-metadata: {name: %[1]s}
-spec:
-  storeName: %[1]s
-  protocolName: nvmeof-tcp
-  reclaimPolicy: Delete
-`, linear, deploy.AgentName, deploy.VG))
+`, linear, deploy.AgentName, deploy.VG)+pillarClass(linear, linear, "nvmeof-tcp"))
 	t.Cleanup(func() {
 		// The class first, so that no claim is made on the store while
 		// it goes (it waits for its volumes: the in-use finalizer).

@@ -73,12 +73,19 @@ func TestStorageNodePowerCut(t *testing.T) {
 	if c.PeerName == "" {
 		t.Skip("needs the storage node in a guest of its own: a two-guest run (make e2e-two)")
 	}
-	storageOutage(t, c, "storage-node power cut", powerCutHealTimeout, func(t *testing.T, id export.Identity, agentPod string) {
-		if err := guest.CutPeerPower(context.Background(), 1, 2*time.Minute); err != nil {
+	storageOutage(t, c, "storage-node power cut", powerCutHealTimeout, powerCut(1))
+}
+
+// powerCut is the outage of storageOutage that cuts the power of the
+// storage node, the peer guest; n numbers the request to the host and
+// must be new in the run.
+func powerCut(n int) func(t *testing.T, id export.Identity, agentPod string) {
+	return func(t *testing.T, _ export.Identity, agentPod string) {
+		if err := guest.CutPeerPower(context.Background(), n, 2*time.Minute); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("the storage node's power was cut; agent pod %s died with it", agentPod)
-	})
+	}
 }
 
 // storageOutage runs one outage of the storage node (disrupt) under a pod
@@ -92,20 +99,16 @@ func storageOutage(t *testing.T, c *cluster.Cluster, what string, heal time.Dura
 	ns := testNamespace(t, c)
 	pv, volumeID, id := boundClaim(t, c, ns, "zfs-nvmeof", "256Mi")
 	volume := "persistentVolumeClaim: {claimName: data}"
-	apply(t, c, pod(ns, "ticker", tickerScript, volume, false))
-	wait(t, c, ns, "pod/ticker", "condition=Ready", 5*time.Minute)
-	logKubectl(t, c, "get", "pod", "-n", ns, "ticker", "-o", "wide")
-	ticks := func() []tick { return parseTicks(t, logValues(t, c, ns, "ticker", "tick")) }
-	poll(t, "three ticks of the writer", 3*time.Minute, 2*time.Second, func() (bool, string) {
-		n := len(ticks())
-		return n >= 3, fmt.Sprintf("%d ticks", n)
-	})
+	ticks := startTicker(t, c, ns, "", volume)
 	ctrls := fixture.Controllers(t, id.SubsystemNQN)
 	if len(ctrls) != 1 {
 		t.Fatalf("initiator controllers of %s: %v, want one", id.SubsystemNQN, ctrls)
 	}
 	ctrl := ctrls[0]
-	agentPod := kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent", "-o", "jsonpath={.items[0].metadata.name}")
+	// The storage node's agent pod: another storage node runs one too
+	// (TestScaleOutTwoStorageNodes).
+	agentPod := kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent",
+		"--field-selector", "spec.nodeName="+deploy.StorageNode(c), "-o", "jsonpath={.items[0].metadata.name}")
 	before := len(ticks())
 	t.Logf("before the outage: %d ticks written; initiator %s is %s; agent pod %s", before, ctrl, controllerState(ctrl), agentPod)
 
@@ -173,6 +176,26 @@ func storageOutage(t *testing.T, c *cluster.Cluster, what string, heal time.Dura
 	readBack(t, c, ns, "", volume, sum, written)
 	t.Logf("a new pod read back the blob and all %d chunks (%d written before the outage)", len(written), before)
 	deleteClaim(t, c, ns, pv, volumeID, zvolExists, what)
+}
+
+// startTicker starts the ticker pod "ticker" in ns on volume, on node
+// ("" leaves it to the scheduler), waits until it has written three
+// chunks, and returns the reader of the ticks it has logged.
+func startTicker(t *testing.T, c *cluster.Cluster, ns, node, volume string) func() []tick {
+	t.Helper()
+	ticker := pod(ns, "ticker", tickerScript, volume, false)
+	if node != "" {
+		ticker = onNode(ticker, node)
+	}
+	apply(t, c, ticker)
+	wait(t, c, ns, "pod/ticker", "condition=Ready", 5*time.Minute)
+	logKubectl(t, c, "get", "pod", "-n", ns, "ticker", "-o", "wide")
+	ticks := func() []tick { return parseTicks(t, logValues(t, c, ns, "ticker", "tick")) }
+	poll(t, "three ticks of the writer", 3*time.Minute, 2*time.Second, func() (bool, string) {
+		n := len(ticks())
+		return n >= 3, fmt.Sprintf("%d ticks", n)
+	})
+	return ticks
 }
 
 // readBack runs the checker pod on volume, on node ("" leaves it to the
@@ -290,4 +313,14 @@ spec:
   accessModes: [%s]
   resources: {requests: {storage: %s}}
 `, name, ns, class, mode, access, size)
+}
+
+// pillarClass renders a PillarStorageClass of store and protocol; its
+// fsType (ext4) and reclaimPolicy (Delete) are the CRD's defaults.
+func pillarClass(name, store, protocol string) string {
+	return fmt.Sprintf(`apiVersion: pillar-csi.io/v1alpha1
+kind: PillarStorageClass
+metadata: {name: %s}
+spec: {storeName: %s, protocolName: %s}
+`, name, store, protocol)
 }

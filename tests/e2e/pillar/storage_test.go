@@ -96,7 +96,13 @@ spec:
 
 // zvolList is every zvol of the storage node's pool, one name a line.
 func zvolList(ctx context.Context) (string, error) {
-	return onStorage(ctx, lab.c, "list zvols", "zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", deploy.ZPool)
+	return onStorage(ctx, lab.c, "list zvols", listZvols()...)
+}
+
+// listZvols is the command line that lists every zvol of a storage
+// node's pool deploy.ZPool, one name a line.
+func listZvols() []string {
+	return []string{"zfs", "list", "-H", "-o", "name", "-t", "volume", "-r", deploy.ZPool}
 }
 
 func zvolExists(ctx context.Context, id string) (bool, error) {
