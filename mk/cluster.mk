@@ -190,7 +190,8 @@ e2e-power-cut: pillar-lab images cluster-tools ## The short part of make e2e-two
 # local-path-provisioner in turns, in one cluster boot: 20 claims bound and
 # their pods started one after another, bursts of 50 and 100 claims, and
 # 50 claims with their pods at once. The table goes to bin/perf/perf.md,
-# the picture to bin/perf/perf.svg. Then the external-storage suite's
+# the picture to bin/perf/perf.svg (the run's artifacts, which pillar-lab
+# copies out of the guest). Then the external-storage suite's
 # volume-lifecycle-performance spec, 300 claims at once, for the floor
 # driver and pillar-csi (TestProvisioningAtScale). 4 GiB: a hundred claims or fifty pods
 # with their sandboxes and NVMe/TCP controllers on top of the control
@@ -210,7 +211,7 @@ $(eval $(call own-module-tool,local-path-provisioner,localpath,github.com/ranche
 
 .PHONY: e2e-perf
 e2e-perf: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/floor-csi $(BIN)/local-path-provisioner ## Measure claims bound and pods started, one after another and in bursts, for pillar-csi, a do-nothing CSI driver and local-path-provisioner in one lab cluster (needs root)
-	$(BIN)/pillar-lab test -m $(E2E_PERF_MEMORY_MB) -timeout 330m tests/e2e/pillar -- -test.timeout 320m -test.run '$(E2E_PERF_RUN)' $(E2EFLAGS)
+	$(BIN)/pillar-lab test -m $(E2E_PERF_MEMORY_MB) -artifacts $(BIN)/perf -timeout 330m tests/e2e/pillar -- -test.timeout 320m -test.run '$(E2E_PERF_RUN)' $(E2EFLAGS)
 
 # Every spec of the Kubernetes external-storage suite that needs no SSH to
 # the nodes and no image from a registry ("any volume data source" needs
@@ -226,7 +227,10 @@ e2e-perf: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/floor-csi $(BIN
 # different node"), part 3 every other spec, so a suite upstream adds
 # lands there. Part 4 runs in two guests (as make e2e-two): the storage
 # node, uncordoned for it, is the second node, and the main guest hands
-# it the suite's test images.
+# it the suite's test images. It runs on a class that consents to
+# writers on several nodes, with the RWX capability (-external.rwx), so
+# that pods of both nodes share a Block volume at once; the same spec's
+# filesystem patterns are left out, because pillar-csi refuses them.
 E2E_FULL_SKIP ?= \[Disruptive\]|\[Flaky\]|any volume data source
 E2E_FULL_1 = provisioning|volumes|volumeIO|volumeMode|volume-expand|read-write-once-pod|fsgroupchangepolicy
 E2E_FULL_2 = subPath|ephemeral
@@ -245,7 +249,7 @@ e2e-full: e2e-full-1 e2e-full-2 e2e-full-3 e2e-full-4 ## Run the whole Kubernete
 e2e-full-1 e2e-full-2 e2e-full-3: e2e-full-%: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/agnhost ## One part of make e2e-full (needs root)
 	$(BIN)/pillar-lab test -m $(E2E_MEMORY_MB) -timeout 4h tests/e2e/pillar -- -test.timeout 3h50m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_$*)' -external.skip='$(e2e_full_skip_$*)' -external.timeout=3h30m $(E2EFLAGS)
 e2e-full-4: pillar-lab images cluster-tools $(BIN)/e2e.test $(BIN)/agnhost ## The part of make e2e-full that needs a second node, in two guests (needs root)
-	$(two_guests) -timeout 2h tests/e2e/pillar -- -test.timeout 110m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_4)' -external.skip='$(e2e_full_skip_4)' -external.timeout=90m $(E2EFLAGS)
+	$(two_guests) -timeout 2h tests/e2e/pillar -- -test.timeout 110m -test.run '^TestExternalStorage$$' -external.focus='$(e2e_full_focus_4)' -external.skip='$(e2e_full_skip_4)' -external.rwx -external.timeout=90m $(E2EFLAGS)
 
 # ------------------------------------------------------- kept cluster ----
 

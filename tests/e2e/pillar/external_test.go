@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 )
 
@@ -59,7 +61,16 @@ var (
 	externalFocus   = flag.String("external.focus", ciFocus(), "Ginkgo focus of TestExternalStorage (regular expression over the spec text); the default is the CI subset")
 	externalSkip    = flag.String("external.skip", externalDefaultSkip, "Ginkgo skip of TestExternalStorage (regular expression over the spec text)")
 	externalTimeout = flag.Duration("external.timeout", 30*time.Minute, "Time limit of the e2e.test run of TestExternalStorage (its -ginkgo.timeout)")
+	externalRWX     = flag.Bool("external.rwx", false, "TestExternalStorage: run the suite on a class that consents to writers on several nodes (rwxClass) with the driver file's RWX capability, so that its ReadWriteMany Block spec runs (make e2e-full-4)")
 )
+
+// rwxFilesystemSpecs are the ReadWriteMany specs of filesystem patterns,
+// which -external.rwx leaves out: pillar-csi refuses a filesystem with
+// writers on several nodes in every class (ext4 and xfs mounted on two
+// nodes at once corrupt each other's metadata; docs/rwx-block.md), and
+// the suite has no way to say that it serves ReadWriteMany for Block
+// alone.
+const rwxFilesystemSpecs = `\((filesystem volmode|default fs|ext4|xfs|ntfs)\)\] multiVolume \[Slow\] should concurrently access the single volume from pods on different node`
 
 // ciFocus is externalCISpecs as one focus expression. Every spec text
 // starts with "External Storage [Driver: pillar-csi.io]", so the focus
@@ -82,10 +93,16 @@ func ciFocus() string {
 func TestExternalStorage(t *testing.T) {
 	c := setup(t)
 	ci := *externalFocus == ciFocus()
+	driverFile, skip := filepath.Join(lab.root, "tests", "e2e", "pillar", "testdata", "external-driver.yaml"), *externalSkip
+	if *externalRWX {
+		driverFile = rwxDriverFile(t, c, driverFile)
+		skip += "|" + rwxFilesystemSpecs
+		t.Logf("ReadWriteMany on %s; not selected, because pillar-csi refuses a filesystem on several nodes: %s", rwxClass, rwxFilesystemSpecs)
+	}
 	res := runExternal(t, c, externalRun{
-		driverFile: filepath.Join(lab.root, "tests", "e2e", "pillar", "testdata", "external-driver.yaml"),
+		driverFile: driverFile,
 		focus:      *externalFocus,
-		skip:       *externalSkip,
+		skip:       skip,
 		timeout:    *externalTimeout,
 		agnhost:    !ci,
 	})
@@ -108,6 +125,38 @@ func TestExternalStorage(t *testing.T) {
 	if res.runErr != nil && len(res.failed) == 0 {
 		t.Errorf("e2e.test: %v, though its report has no failed spec", res.runErr)
 	}
+}
+
+// rwxDriverFile creates the consenting class rwxClass (removed when the
+// test ends) and writes a copy of the driver file base that names it and
+// claims the RWX capability; it returns the copy's path.
+func rwxDriverFile(t *testing.T, c *cluster.Cluster, base string) string {
+	t.Helper()
+	applyRWXClass(t, c)
+	b, err := os.ReadFile(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all map[string]any
+	if err := yaml.Unmarshal(b, &all); err != nil {
+		t.Fatalf("%s: %v", base, err)
+	}
+	info, _ := all["DriverInfo"].(map[string]any)
+	caps, ok := info["Capabilities"].(map[string]any)
+	if !ok {
+		t.Fatalf("%s: no DriverInfo.Capabilities", base)
+	}
+	caps["RWX"] = true
+	all["StorageClass"] = map[string]any{"FromExistingClassName": rwxClass}
+	out, err := yaml.Marshal(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "external-driver-rwx.yaml")
+	if err := os.WriteFile(p, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // externalRun is one run of the external-storage suite: the driver file,

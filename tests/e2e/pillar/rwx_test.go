@@ -26,6 +26,22 @@ metadata: {name: %s}
 spec: {storeName: zfs-tank, protocolName: nvmeof-tcp, multiNodeBlockWriters: true}
 `, rwxClass)
 
+// applyRWXClass creates rwxClass, deleted when the test ends, and waits
+// for the StorageClass the controller generates from it.
+func applyRWXClass(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	apply(t, c, rwxObjects)
+	t.Cleanup(func() {
+		if out, err := c.Kubectl(context.Background(), nil, "delete", "pillarstorageclass", rwxClass, "--ignore-not-found", "--wait=false"); err != nil {
+			t.Logf("delete PillarStorageClass %s: %v\n%s", rwxClass, err, out)
+		}
+	})
+	poll(t, "StorageClass "+rwxClass, 2*time.Minute, time.Second, func() (bool, string) {
+		out, err := c.Kubectl(context.Background(), nil, "get", "storageclass", rwxClass, "-o", `jsonpath={.parameters.pillar-csi\.io/multi-node-block-writers}`)
+		return err == nil && strings.TrimSpace(string(out)) == "true", fmt.Sprintf("%q %v", out, err)
+	})
+}
+
 // migrateScript is one side of a live migration on a raw block volume
 // (/dev/xvda), in the steps a hypervisor takes. It opens the volume and
 // reads it once with O_DIRECT ("ready=": this node's I/O path works),
@@ -62,16 +78,7 @@ func TestReadWriteManyBlockMigration(t *testing.T) {
 		t.Skip("needs a second node: a two-guest run (make e2e-two)")
 	}
 	ctx := context.Background()
-	apply(t, c, rwxObjects)
-	t.Cleanup(func() {
-		if out, err := c.Kubectl(ctx, nil, "delete", "pillarstorageclass", rwxClass, "--ignore-not-found", "--wait=false"); err != nil {
-			t.Logf("delete PillarStorageClass %s: %v\n%s", rwxClass, err, out)
-		}
-	})
-	poll(t, "StorageClass "+rwxClass, 2*time.Minute, time.Second, func() (bool, string) {
-		out, err := c.Kubectl(ctx, nil, "get", "storageclass", rwxClass, "-o", `jsonpath={.parameters.pillar-csi\.io/multi-node-block-writers}`)
-		return err == nil && strings.TrimSpace(string(out)) == "true", fmt.Sprintf("%q %v", out, err)
-	})
+	applyRWXClass(t, c)
 	ns := testNamespace(t, c)
 
 	t.Run("filesystem-refused", func(t *testing.T) {
