@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"go/build/constraint"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -234,6 +235,11 @@ type TestOptions struct {
 	Forward []PortForward
 	// Env is added to every test binary's environment, as KEY=VALUE.
 	Env []string
+	// Artifacts, if set, is a host directory that receives what the
+	// tests wrote to the directory guest.ArtifactsEnv names (figures,
+	// pictures), whether they passed or not: the guest's view of the host
+	// tree is an overlay whose writes go with the guest.
+	Artifacts string
 }
 
 // PackageResult is the outcome of one package's test binary.
@@ -373,6 +379,7 @@ func (l *Lab) RunTests(ctx context.Context, pkgs []TestPackage, o TestOptions) (
 		s.WriteString(shareMount)
 	}
 	s.WriteString(`out=` + shellQuote(run.OutDir()) + `
+mkdir -p "$out/artifacts" && export ` + guest.ArtifactsEnv + `="$out/artifacts"
 rc=0
 uptime() { cut -d' ' -f1 /proc/uptime; }
 runpkg() {
@@ -436,6 +443,14 @@ runpkg() {
 		pr.close()
 	}
 	rep.Boot = res
+	if o.Artifacts != "" {
+		if n, cerr := copyTree(filepath.Join(run.OutDir(), "artifacts"), o.Artifacts); cerr != nil {
+			fmt.Fprintf(o.Log, "pillar-lab: artifacts: %v\n", cerr)
+			rep.Failed++
+		} else if n > 0 {
+			fmt.Fprintf(o.Log, "pillar-lab: %d artifacts in %s\n", n, o.Artifacts)
+		}
+	}
 	for i := range pkgs {
 		pr := &rep.Packages[i]
 		if b, rerr := os.ReadFile(filepath.Join(run.OutDir(), fmt.Sprintf("result-%d", i))); rerr == nil {
@@ -497,4 +512,40 @@ func (r *TestReport) WriteSummary(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "kernel-lab: %d passed, %d failed, %d skipped\n", r.Passed, r.Failed, r.Skipped)
+}
+
+// copyTree copies the regular files under src to the same paths under
+// dst, creating directories as needed, and returns how many it copied. A
+// missing src copies nothing.
+func copyTree(src, dst string) (int, error) {
+	n := 0
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == src && errors.Is(err, fs.ErrNotExist) {
+				return fs.SkipAll
+			}
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case !d.Type().IsRegular():
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(target, b, 0o644); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	return n, err
 }

@@ -297,3 +297,35 @@ func TestRunTestsRefusesBadOptions(t *testing.T) {
 		})
 	}
 }
+
+func TestCopyTree(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "perf")
+	files := map[string]string{"perf.md": "| table |", "pics/perf.svg": "<svg/>"}
+	for name, body := range files {
+		p := filepath.Join(src, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/passwd", filepath.Join(src, "link")); err != nil {
+		t.Fatal(err)
+	}
+	n, err := copyTree(src, dst)
+	if err != nil || n != len(files) {
+		t.Fatalf("copyTree = %d, %v; want %d files", n, err, len(files))
+	}
+	for name, body := range files {
+		if b, err := os.ReadFile(filepath.Join(dst, name)); err != nil || string(b) != body {
+			t.Errorf("%s: %q, %v; want %q", name, b, err, body)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dst, "link")); !os.IsNotExist(err) {
+		t.Errorf("a symbolic link was copied: %v", err)
+	}
+	if n, err := copyTree(filepath.Join(src, "missing"), dst); n != 0 || err != nil {
+		t.Errorf("copyTree of a missing directory = %d, %v; want 0, nil", n, err)
+	}
+}

@@ -34,6 +34,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/kernelvm"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
 
 const (
@@ -68,6 +69,8 @@ type options struct {
 	apiServer bool
 	// clusterControlPlane is test's -cluster-control-plane.
 	clusterControlPlane bool
+	// artifacts is test's -artifacts.
+	artifacts string
 }
 
 func (o *options) register(fs *flag.FlagSet) {
@@ -122,6 +125,7 @@ func main() {
 		fs.IntVar(&o.peerMemoryMB, "peer-m", 0, "boot a second guest (the peer of a two-guest run) with this much memory in MiB; it runs the first package's test binary as peer")
 		fs.StringVar(&o.peerDisks, "peer-disks", "", "comma-separated sizes in MiB of the peer's raw disks, /dev/vda first")
 		fs.IntVar(&o.peerCPUs, "peer-smp", 1, "the peer's CPUs")
+		fs.StringVar(&o.artifacts, "artifacts", "", "copy what the tests wrote to $"+guest.ArtifactsEnv+" in the guest into this host directory after the run")
 		fs.BoolVar(&o.apiServer, "apiserver", false, "run etcd and kube-apiserver from the workspace's bin/ on the host, with its CRDs, and give the guest "+
 			"their kubeconfig in $"+kernelvm.KubeconfigEnv+" (tests/kernel/controller needs them)")
 		fs.BoolVar(&o.clusterControlPlane, "cluster-control-plane", false, "run the lab cluster's control plane (etcd, kube-apiserver, controller manager, scheduler) from the workspace's bin/ "+
@@ -246,7 +250,7 @@ func test(ctx context.Context, o *options, patterns, testArgs []string, runRE st
 	if err != nil {
 		return fail(err)
 	}
-	topts := kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs, PackageTimeout: o.packageTimeout, Keep: o.keep, Expose: []string{ws.Root}}
+	topts := kernelvm.TestOptions{VM: o.vm, TestArgs: testArgs, PackageTimeout: o.packageTimeout, Keep: o.keep, Expose: []string{ws.Root}, Artifacts: o.artifacts}
 	if o.peerMemoryMB > 0 {
 		p := &kernelvm.PeerOptions{VM: kernelvm.VMConfig{MemoryMB: o.peerMemoryMB, CPUs: o.peerCPUs, Timeout: o.vm.Timeout}}
 		for _, f := range strings.FieldsFunc(o.peerDisks, func(r rune) bool { return r == ',' }) {

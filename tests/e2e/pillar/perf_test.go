@@ -20,6 +20,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/tests/e2e/cluster"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/deploy"
 	"github.com/pillar-csi/pillar-csi/tests/e2e/perfplot"
+	"github.com/pillar-csi/pillar-csi/tests/kernelvm/guest"
 )
 
 // What TestPerformance runs; make e2e-perf runs the defaults.
@@ -35,11 +36,20 @@ var (
 // claims without pods is formatted by no one; 100 of them and 50 with
 // pods each fit the lab's 4 GiB pool.
 const (
-	perfClaimSize  = "32Mi"
-	perfBurstSize  = "16Mi"
-	perfFigureFile = "bin/perf/perf.md"
-	perfPictureDir = "bin/perf"
+	perfClaimSize = "32Mi"
+	perfBurstSize = "16Mi"
 )
+
+// perfDir is where TestPerformance writes perf.md (the table) and
+// perf.svg (the picture): the run's artifacts, which make e2e-perf has
+// pillar-lab copy to bin/perf on the host, or bin/perf of the tree the
+// test runs in.
+func perfDir() string {
+	if d := os.Getenv(guest.ArtifactsEnv); d != "" {
+		return d
+	}
+	return filepath.Join(lab.root, "bin", "perf")
+}
 
 // perfPodScript writes a little through the volume, so that a Running pod
 // has a filesystem that works, and stays up.
@@ -467,8 +477,8 @@ func percentile(ds []time.Duration, p int) time.Duration {
 
 // writePerf logs the results as a table, with each driver's ratio to the
 // floor driver's figure of the same part, and writes the table to
-// perfFigureFile and the picture of the parts' claims Bound and pods
-// Running over time to perfPictureDir/perf.svg.
+// perfDir()/perf.md and the picture of the parts' claims Bound and pods
+// Running over time to perfDir()/perf.svg.
 func writePerf(t *testing.T, results []perfResult) {
 	t.Helper()
 	if len(results) == 0 {
@@ -476,12 +486,12 @@ func writePerf(t *testing.T, results []perfResult) {
 	}
 	table := perfTable(results)
 	t.Logf("TestPerformance, every figure (guest time):\n%s", table)
-	dir := filepath.Join(lab.root, perfPictureDir)
+	dir := perfDir()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Errorf("figures: %v", err)
 		return
 	}
-	if err := os.WriteFile(filepath.Join(lab.root, perfFigureFile), []byte(table), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "perf.md"), []byte(table), 0o644); err != nil {
 		t.Errorf("figures: %v", err)
 	}
 	var panels []perfplot.Panel

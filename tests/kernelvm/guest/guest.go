@@ -30,6 +30,12 @@ const Marker = "pillar.lab=1"
 // /lib/modules/$(uname -r).
 const ModuleTreeParam = "pillar.modules"
 
+// ArtifactsEnv names, in a lab test's environment, the directory whose
+// files the host keeps after the run (pillar-lab test -artifacts DIR):
+// the guest's view of the host tree is an overlay whose writes go with
+// the guest.
+const ArtifactsEnv = "PILLAR_LAB_ARTIFACTS"
+
 // Param returns the value of the kernel command-line parameter name=value
 // the lab passed, and whether it is there.
 func Param(name string) (string, bool) {
