@@ -382,28 +382,37 @@ func logEventSummary(t *testing.T, c *cluster.Cluster, ns string) {
 	t.Logf("events in %s by reason and message:\n%s", ns, b.String())
 }
 
-// logControllerMetrics logs the CSI operations each pillar-controller
-// replica served, by method and code, with their total time: the
-// _count and _sum series of its /metrics, read through the API server's
-// pod proxy.
+// logControllerMetrics logs, from the /metrics of each pillar-controller
+// and pillar-agent pod, the count and total time of each CSI operation the
+// controllers served and each agent call the agents served (a call's time
+// at the agent includes its wait for a slot of the store), and the
+// fencing rejections: where a burst's time went, between the controller,
+// its record writes and the storage node.
 func logControllerMetrics(t *testing.T, c *cluster.Cluster) {
 	t.Helper()
-	pods := strings.Fields(kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=controller", "-o", "jsonpath={.items[*].metadata.name}"))
-	for _, p := range pods {
-		out, err := c.Kubectl(context.Background(), nil, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:9430/proxy/metrics", deploy.Namespace, p))
-		if err != nil {
-			t.Logf("metrics of %s: %v", p, err)
-			continue
-		}
-		var keep []string
-		for _, l := range strings.Split(string(out), "\n") {
-			if strings.HasPrefix(l, "pillar_controller_csi_operation_duration_seconds_count") ||
-				strings.HasPrefix(l, "pillar_controller_csi_operation_duration_seconds_sum") ||
-				strings.HasPrefix(l, "pillar_controller_fencing_rejections_total") {
-				keep = append(keep, l)
+	for _, m := range []struct {
+		component string
+		port      int
+		prefixes  []string
+	}{
+		{"controller", 9430, []string{"pillar_controller_csi_operation_duration_seconds_count", "pillar_controller_csi_operation_duration_seconds_sum", "pillar_controller_fencing_rejections_total"}},
+		{"agent", 9421, []string{"pillar_agent_rpc_duration_seconds_count", "pillar_agent_rpc_duration_seconds_sum", "pillar_agent_rpc_errors_total"}},
+	} {
+		pods := strings.Fields(kubectl(t, c, "get", "pods", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component="+m.component, "-o", "jsonpath={.items[*].metadata.name}"))
+		for _, p := range pods {
+			out, err := c.Kubectl(context.Background(), nil, "get", "--raw", fmt.Sprintf("/api/v1/namespaces/%s/pods/%s:%d/proxy/metrics", deploy.Namespace, p, m.port))
+			if err != nil {
+				t.Logf("metrics of %s: %v", p, err)
+				continue
 			}
+			var keep []string
+			for _, l := range strings.Split(string(out), "\n") {
+				if slices.ContainsFunc(m.prefixes, func(pre string) bool { return strings.HasPrefix(l, pre) }) {
+					keep = append(keep, l)
+				}
+			}
+			t.Logf("calls served by %s:\n%s", p, strings.Join(keep, "\n"))
 		}
-		t.Logf("CSI operations served by %s:\n%s", p, strings.Join(keep, "\n"))
 	}
 }
 
