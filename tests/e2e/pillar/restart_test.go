@@ -241,6 +241,12 @@ type tick struct {
 
 func parseTicks(t *testing.T, vals []string) []tick {
 	t.Helper()
+	return parseTicksFrom(t, vals, 0)
+}
+
+// parseTicksFrom parses the lines of a writer whose first chunk is first.
+func parseTicksFrom(t *testing.T, vals []string, first int) []tick {
+	t.Helper()
 	var ts []tick
 	for _, v := range vals {
 		f := strings.Fields(v)
@@ -248,8 +254,8 @@ func parseTicks(t *testing.T, vals []string) []tick {
 			t.Fatalf("tick line %q", v)
 		}
 		n, err := strconv.Atoi(f[0])
-		if err != nil || n != len(ts) {
-			t.Fatalf("tick line %q: want chunk %d", v, len(ts))
+		if err != nil || n != first+len(ts) {
+			t.Fatalf("tick line %q: want chunk %d", v, first+len(ts))
 		}
 		tk := tick{n: n, sum: f[1]}
 		if len(f) > 2 {

@@ -144,6 +144,9 @@ func (m *migration) start(name, node string) {
 		if attached == 0 && m.attachedOn(node) {
 			attached = time.Since(t0)
 		}
+		if p := m.phase(name); !strings.HasPrefix(p, "Running") {
+			return false, fmt.Sprintf("attached after %v, pod %s", attached, p)
+		}
 		ready := logValues(t, c, m.ns, name, "ready")
 		return len(ready) > 0, fmt.Sprintf("attached after %v, ready %v", attached, ready)
 	})
@@ -207,7 +210,7 @@ func (m *migration) stopWriting(name string) {
 		stopped = logValues(t, c, m.ns, name, "stopped")
 		return len(stopped) > 0, m.phase(name)
 	})
-	ticks := parseTicks(t, logValues(t, c, m.ns, name, "tick"))
+	ticks := parseTicksFrom(t, logValues(t, c, m.ns, name, "tick"), m.next)
 	for _, tk := range ticks {
 		m.written[tk.n] = tk.sum
 	}
@@ -251,7 +254,7 @@ func (m *migration) handOver(from, fromNode, to, toNode string) {
 	m.stopWriting(from)
 	m.goOn(to, m.next)
 	m.waitTicks(to, 1)
-	record(t, "RWX hand-over: source stopped → target writing", time.Since(t1))
+	record(t, "RWX hand-over: source stopped → target read all, wrote", time.Since(t1))
 
 	// The source goes: its node's attachment and host with it; the
 	// target keeps writing.
