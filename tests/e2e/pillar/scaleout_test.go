@@ -74,21 +74,17 @@ func TestScaleOutTwoStorageNodes(t *testing.T) {
 	if n < 2 {
 		t.Fatalf("-scaleout.claims=%d: the second burst spreads its claims over two storage nodes, so at least 2", n)
 	}
-	peerBefore, err := zvolList(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	addStorageNode(t, c)
 
 	// A burst that stopped half way (no figures) may leave claims
 	// binding or going: nothing after it would measure what it says.
 	var one, two perfResult
-	t.Run("one-node", func(t *testing.T) { one = scaleOutBurst(t, c, "one storage node", n, peerBefore, scaleOutPeerClass) })
+	t.Run("one-node", func(t *testing.T) { one = scaleOutBurst(t, c, "one storage node", n, scaleOutPeerClass) })
 	if one.bound == nil {
 		return
 	}
 	t.Run("two-nodes", func(t *testing.T) {
-		two = scaleOutBurst(t, c, "two storage nodes", n, peerBefore, scaleOutPeerClass, scaleOutClass)
+		two = scaleOutBurst(t, c, "two storage nodes", n, scaleOutPeerClass, scaleOutClass)
 	})
 	if two.bound == nil {
 		return
@@ -97,7 +93,7 @@ func TestScaleOutTwoStorageNodes(t *testing.T) {
 	t.Logf("%d claims all Bound in %.1fs on one storage node, in %.1fs over two: %.2f× the time (p50 %.1fs and %.1fs)", n,
 		a.Seconds(), b.Seconds(), b.Seconds()/a.Seconds(), percentile(one.bound, 50).Seconds(), percentile(two.bound, 50).Seconds())
 
-	t.Run("power-cut", func(t *testing.T) { scaleOutOutage(t, c, peerBefore) })
+	t.Run("power-cut", func(t *testing.T) { scaleOutOutage(t, c) })
 }
 
 // addStorageNode makes this guest's node a second storage node, the way
@@ -176,12 +172,25 @@ func removeAgentPod(t *testing.T, c *cluster.Cluster) {
 	}
 }
 
+// peerZvols lists the peer's zvols, taken before a part of the test
+// creates claims, which its deletion must restore (an earlier test's
+// claims may still have been going when this test started).
+func peerZvols(t *testing.T) string {
+	t.Helper()
+	l, err := zvolList(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // scaleOutBurst binds n claims created at once, spread in turn over
 // classes (claimBurst), records the time until all were Bound under the
 // name what, checks that this guest's pool holds a zvol for each claim
 // of scaleOutClass and no other, deletes the claims (deleteEverywhere)
 // and logs the figures as TestPerformance does.
-func scaleOutBurst(t *testing.T, c *cluster.Cluster, what string, n int, peerBefore string, classes ...string) perfResult {
+func scaleOutBurst(t *testing.T, c *cluster.Cluster, what string, n int, classes ...string) perfResult {
+	peerBefore := peerZvols(t)
 	ns := testNamespace(t, c)
 	t0 := time.Now()
 	bound := claimBurst(t, c, ns, n, classes...)
@@ -211,7 +220,8 @@ func scaleOutBurst(t *testing.T, c *cluster.Cluster, what string, n int, peerBef
 // recovery (the ticker stops at its first failed write, so a writer that
 // saw an I/O error has none), its longest pause recorded, and every
 // chunk it reported read back by a new pod.
-func scaleOutOutage(t *testing.T, c *cluster.Cluster, peerBefore string) {
+func scaleOutOutage(t *testing.T, c *cluster.Cluster) {
+	peerBefore := peerZvols(t)
 	ns := testNamespace(t, c)
 	_, _, id := boundClaim(t, c, ns, scaleOutClass, "256Mi")
 	volume := "persistentVolumeClaim: {claimName: data}"
