@@ -3,6 +3,7 @@ package configfs
 import (
 	"bytes"
 	"encoding/binary"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -176,10 +177,41 @@ func openRetry(path string, flags int) (int, error) {
 	}
 }
 
+// errRestartSys is ERESTARTSYS, an errno the kernel means for itself that
+// reaches user space when a driver returns it with no signal pending. A
+// zvol's open does so when the pool's namespace lock stays contended
+// (openzfs/zfs#12301, Linux 5.13 and later), and nvmet opens the backing
+// device in the write of a namespace's enable: under a burst of zfs
+// creates that write failed with "errno 512". It is worth another try.
+const errRestartSys = unix.Errno(512)
+
+// Another try of a write that failed with errRestartSys waits restartDelay,
+// doubled for each, up to restartMaxDelay, at most maxRestarts times: ZFS
+// has already waited for its lock (zfs_vdev_open_timeout_ms) each time.
+const (
+	maxRestarts     = 10
+	restartDelay    = 10 * time.Millisecond
+	restartMaxDelay = 500 * time.Millisecond
+)
+
+// retry runs f again while it fails with EINTR, and up to maxRestarts
+// times, after a pause, while it fails with errRestartSys.
 func retry(f func() error) error {
-	for {
-		if err := f(); err != unix.EINTR {
-			return err
+	delay := restartDelay
+	for restarts := 0; ; {
+		err := f()
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == errRestartSys && restarts < maxRestarts:
+			restarts++
+			sleep(delay)
+			delay = min(2*delay, restartMaxDelay)
+			continue
 		}
+		return err
 	}
 }
+
+// sleep is time.Sleep, replaced by tests.
+var sleep = time.Sleep

@@ -3,6 +3,7 @@ package configfs
 import (
 	"encoding/binary"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,4 +49,55 @@ func FuzzParseDirents(f *testing.F) {
 			t.Fatalf("%d entries from %d bytes", len(got), len(b))
 		}
 	})
+}
+
+func TestRetry(t *testing.T) {
+	var slept []time.Duration
+	defer func(f func(time.Duration)) { sleep = f }(sleep)
+	sleep = func(d time.Duration) { slept = append(slept, d) }
+	failing := func(errs ...error) func() error {
+		return func() error {
+			if len(errs) == 0 {
+				return nil
+			}
+			err := errs[0]
+			errs = errs[1:]
+			return err
+		}
+	}
+	restarts := func(n int) []error {
+		errs := make([]error, n)
+		for i := range errs {
+			errs[i] = errRestartSys
+		}
+		return errs
+	}
+	for _, c := range []struct {
+		name  string
+		errs  []error
+		want  error
+		naps  int
+		first time.Duration
+	}{
+		{"EINTR is retried at once", []error{unix.EINTR, unix.EINTR}, nil, 0, 0},
+		{"ERESTARTSYS is retried after a pause", restarts(3), nil, 3, restartDelay},
+		{"ERESTARTSYS gives up after maxRestarts", restarts(maxRestarts + 1), errRestartSys, maxRestarts, restartDelay},
+		{"another error is returned at once", []error{unix.EBUSY}, unix.EBUSY, 0, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			slept = nil
+			if err := retry(failing(c.errs...)); err != c.want {
+				t.Errorf("retry = %v, want %v", err, c.want)
+			}
+			if len(slept) != c.naps {
+				t.Fatalf("slept %v, want %d pauses", slept, c.naps)
+			}
+			for i, d := range slept {
+				if d > restartMaxDelay || (i == 0 && d != c.first) || (i > 0 && d < slept[i-1]) {
+					t.Errorf("pauses %v: want from %v, growing, at most %v", slept, c.first, restartMaxDelay)
+					break
+				}
+			}
+		})
+	}
 }
