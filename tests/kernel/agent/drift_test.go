@@ -5,9 +5,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -40,47 +37,8 @@ func TestDriftRestoredWhileWriting(t *testing.T) {
 	fixture.MustConnect(t, fixture.Connection{Port: port, NQN: ident.SubsystemNQN, HostNQN: hostA})
 	dev := fixture.NamespaceByUUID(t, ident.UUID)
 
-	const block = 64 << 10
-	pattern := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, block) }
-	var (
-		mu      sync.Mutex
-		written int
-		werr    error
-	)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		f, err := os.OpenFile(dev, os.O_WRONLY, 0)
-		if err != nil {
-			mu.Lock()
-			werr = err
-			mu.Unlock()
-			return
-		}
-		defer f.Close()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			_, err := f.WriteAt(pattern(i), int64(i%256)*block)
-			if err == nil {
-				err = f.Sync()
-			}
-			mu.Lock()
-			if err != nil {
-				werr = fmt.Errorf("write %d: %w", i, err)
-				mu.Unlock()
-				return
-			}
-			written = i + 1
-			mu.Unlock()
-		}
-	}()
-	progress := func() int { mu.Lock(); defer mu.Unlock(); return written }
-	fixture.WaitFor(t, "the host writing", 30*time.Second, func() bool { return progress() >= 10 })
+	w := startDirectWriter(t, dev, 0, 64<<10)
+	w.waitWrites(t, 10)
 
 	wiped := time.Now()
 	wipeNvmet(t)
@@ -102,19 +60,13 @@ func TestDriftRestoredWhileWriting(t *testing.T) {
 	if got, ok := readNvmet(t).Export(ident.SubsystemNQN); !ok || !equalExports(got, want) {
 		t.Errorf("the export after the restore:\n got %+v\nwant %+v", got, want)
 	}
-	atRestore := progress()
-	fixture.WaitFor(t, "the host writing again", 2*time.Minute, func() bool { return progress() >= atRestore+10 })
+	w.waitWrites(t, w.count()+10)
 	t.Logf("the host resumed writing %v after the wipe", time.Since(wiped).Round(time.Millisecond))
-	close(stop)
-	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	if werr != nil {
-		t.Fatalf("the host saw an error: %v", werr)
-	}
-	last := written - 1
-	if got := fixture.ReadAt(t, dev, int64(last%256)*block, block); !bytes.Equal(got, pattern(last)) {
-		t.Errorf("block %d does not read back what was written", last)
+	pause, _ := w.stop(t)
+	t.Logf("the host's longest pause between two writes: %v", pause.Round(time.Millisecond))
+	last := w.last()
+	if got := fixture.ReadAt(t, dev, last.off, len(last.data)); !bytes.Equal(got, last.data) {
+		t.Errorf("the last write, at %d, does not read back", last.off)
 	}
 	if n := a.srv.ExportsRestored(); n != 1 {
 		t.Errorf("ExportsRestored = %d, want 1", n)

@@ -4,15 +4,11 @@ package agent
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
 	agentv1 "github.com/pillar-csi/pillar-csi/api/agent/v1"
 	"github.com/pillar-csi/pillar-csi/api/export"
@@ -148,116 +144,4 @@ func checkRange(t *testing.T, what string, p *fixture.Path, off int64, want []by
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s: %d bytes at %d differ from what was written", what, len(want), off)
 	}
-}
-
-// written is one write of a directWriter.
-type written struct {
-	off  int64
-	data []byte
-}
-
-// directWriter writes blk-sized blocks, each unlike the ones before it, in turn over 16 blocks from
-// base of a block device opened with O_DIRECT, each followed by fsync,
-// until stopped or an error.
-type directWriter struct {
-	mu      sync.Mutex
-	n       int
-	err     error
-	lastOK  time.Time
-	longest time.Duration
-	lastW   written
-	done    chan struct{}
-	quit    chan struct{}
-}
-
-func startDirectWriter(t *testing.T, dev string, base int64, blk int) *directWriter {
-	t.Helper()
-	f, err := os.OpenFile(dev, os.O_WRONLY|syscall.O_DIRECT, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &directWriter{done: make(chan struct{}), quit: make(chan struct{}), lastOK: time.Now()}
-	buf := alignedBuffer(blk)
-	go func() {
-		defer close(w.done)
-		defer f.Close()
-		for i := 0; ; i++ {
-			select {
-			case <-w.quit:
-				return
-			default:
-			}
-			data := bytes.Repeat([]byte{byte(i)}, blk)
-			binary.LittleEndian.PutUint64(data, uint64(i))
-			copy(buf, data)
-			off := base + int64(i%16*blk)
-			_, err := f.WriteAt(buf, off)
-			if err == nil {
-				err = f.Sync()
-			}
-			w.mu.Lock()
-			if err != nil {
-				w.err = fmt.Errorf("write %d at %d: %w", i, off, err)
-				w.mu.Unlock()
-				return
-			}
-			now := time.Now()
-			w.longest = max(w.longest, now.Sub(w.lastOK))
-			w.lastOK, w.n = now, w.n+1
-			w.lastW = written{off, data}
-			w.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { w.halt() })
-	return w
-}
-
-func (w *directWriter) count() int { w.mu.Lock(); defer w.mu.Unlock(); return w.n }
-
-func (w *directWriter) waitWrites(t *testing.T, n int) {
-	t.Helper()
-	fixture.WaitFor(t, fmt.Sprintf("%d writes through the head", n), 2*time.Minute, func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.err != nil {
-			t.Fatalf("the writer: %v", w.err)
-		}
-		return w.n >= n
-	})
-}
-
-func (w *directWriter) halt() {
-	select {
-	case <-w.quit:
-	default:
-		close(w.quit)
-	}
-	<-w.done
-}
-
-// stop ends the writer and fails the test if it saw an error; it returns
-// the longest pause between two successful writes and their count.
-func (w *directWriter) stop(t *testing.T) (time.Duration, int) {
-	t.Helper()
-	w.halt()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.err != nil {
-		t.Errorf("the writer saw an error: %v", w.err)
-	}
-	return w.longest, w.n
-}
-
-func (w *directWriter) last() written {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.lastW
-}
-
-// alignedBuffer returns n bytes aligned to 4096, as O_DIRECT needs.
-func alignedBuffer(n int) []byte {
-	const align = 4096
-	b := make([]byte, n+align)
-	skip := (align - int(uintptr(unsafe.Pointer(&b[0]))%align)) % align
-	return b[skip : skip+n]
 }
