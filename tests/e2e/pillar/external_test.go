@@ -70,7 +70,7 @@ var (
 // nodes at once corrupt each other's metadata; docs/rwx-block.md), and
 // the suite has no way to say that it serves ReadWriteMany for Block
 // alone.
-const rwxFilesystemSpecs = `\((filesystem volmode|default fs|ext4|xfs|ntfs)\)\] multiVolume \[Slow\] should concurrently access the single volume from pods on different node`
+const rwxFilesystemSpecs = `\((filesystem volmode|default fs|ext4|xfs|ntfs)\)\] multiVolume .*should concurrently access the single volume from pods on different node`
 
 // ciFocus is externalCISpecs as one focus expression. Every spec text
 // starts with "External Storage [Driver: pillar-csi.io]", so the focus
