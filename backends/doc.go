@@ -66,6 +66,12 @@
 // bytes back; one that was killed or did not return keeps them until the
 // next listing.
 //
+// A backend finds the device of a volume it has made or looked up before
+// without listing the volume again, as long as the device node is there;
+// only a missing node makes it list. A ZFS look-up that finds no volume
+// asks the module's statistics (/proc/spl/kstat/zfs), not zpool, whether
+// the pool is there.
+//
 // Allowed dependencies: the Go standard library and golang.org/x/sys. No
 // Kubernetes and no gRPC: callers map backend errors to their own protocol.
 package backends

@@ -92,7 +92,7 @@ func New(c Config) (*Backend, error) {
 		return nil, &backends.Error{Op: "configure", Store: c.VolumeGroup, Err: fmt.Errorf("%w: %w", backends.ErrInvalidArgument, err)}
 	}
 	b := &Backend{vg: c.VolumeGroup, thinPool: c.ThinPool, allowUnzeroed: c.AllowUnzeroedThinPool, ratio: c.OvercommitRatio,
-		config: commandConfig(c.RejectDevices), run: c.Runner, checkNode: checkNode}
+		config: commandConfig(c.RejectDevices), run: c.Runner, checkNode: checkNode, blockNode: blockNode}
 	b.store = b.vg
 	if b.thinPool != "" {
 		b.store += "/" + b.thinPool

@@ -10,3 +10,6 @@ var DMPath = dmPath
 // AllowUnzeroedThinPool sets Config.AllowUnzeroedThinPool on b: the replay
 // cases share one constructor.
 func AllowUnzeroedThinPool(b *Backend) { b.allowUnzeroed = true }
+
+// SetBlockNode replaces how b reads which device a node is.
+func SetBlockNode(b *Backend, f func(path string) (major, minor int64, err error)) { b.blockNode = f }

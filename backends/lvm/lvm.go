@@ -11,6 +11,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
+	"github.com/pillar-csi/pillar-csi/backends/internal/memo"
 )
 
 // Backend is an LVM store. It is safe for concurrent use; see the package
@@ -24,8 +25,14 @@ type Backend struct {
 	ratio         float64
 	config        string // the --config of every lvm command
 	run           command.Runner
-	// checkNode reports whether a path is the block device major:minor.
+	// checkNode reports whether a path is the block device major:minor,
+	// and blockNode which device a node is.
 	checkNode func(path string, major, minor int64) error
+	blockNode func(path string) (major, minor int64, err error)
+	// nodes is the device node DevicePath last found for each volume,
+	// forgotten when the volume is deleted: a node still there with its
+	// device numbers is the answer without listing the LV again.
+	nodes memo.Map[node]
 
 	// admit serialises the admission decisions of thin creates,
 	// expansions, snapshots and clones, so that two of them cannot both
@@ -142,6 +149,11 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 			if err := b.zeroLV(ctx, name, v.DevicePath, 0, size); err != nil {
 				return nil, err
 			}
+		}
+		// The node lvcreate made is the LV's: the export's device
+		// look-up that follows needs no lvs.
+		if major, minor, err := b.blockNode(v.DevicePath); err == nil {
+			b.nodes.Set(id, node{path: v.DevicePath, major: major, minor: minor})
 		}
 		return v, nil
 	case errs.StderrContains(err, "already exists in volume group"):
@@ -298,6 +310,7 @@ func (b *Backend) delete(ctx context.Context, id string) error {
 	if err := backends.ValidateVolumeID(id); err != nil {
 		return err
 	}
+	b.nodes.Forget(id)
 	return b.removeTagged(ctx, LVName(b.vg, id), []string{TagPrefix + id}, func() error {
 		_, err := b.get(ctx, id)
 		return err
@@ -556,32 +569,54 @@ func (b *Backend) DevicePath(ctx context.Context, id string) (string, error) {
 // devicePath returns lv_dm_path once it is the LV's device: the LV is
 // activated if it is not, and a missing or stale node is made again.
 func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
+	if n, ok := b.nodes.Get(id); ok && b.checkNode(n.path, n.major, n.minor) == nil {
+		return n.path, nil
+	}
 	l, err := b.get(ctx, id)
 	if err != nil {
 		return "", err
 	}
+	n, err := b.activeNode(ctx, id, l)
+	if err != nil {
+		return "", err
+	}
+	b.nodes.Set(id, n)
+	return n.path, nil
+}
+
+// node is an LV's device node and the device numbers it must have.
+type node struct {
+	path         string
+	major, minor int64
+}
+
+// activeNode returns the device node of l, the LV of volume id, activating
+// it and making its node as needed.
+func (b *Backend) activeNode(ctx context.Context, id string, l *lv) (node, error) {
 	target := b.vg + "/" + l.name
 	if l.major < 0 {
 		if _, err := b.lvm(ctx, "lvchange", "--activate", "y", target); err != nil {
-			return "", classify(err)
+			return node{}, classify(err)
 		}
+		var err error
 		if l, err = b.get(ctx, id); err != nil {
-			return "", err
+			return node{}, err
 		}
 		if l.major < 0 {
-			return "", fmt.Errorf("%s is still inactive after lvchange --activate y", target)
+			return node{}, fmt.Errorf("%s is still inactive after lvchange --activate y", target)
 		}
 	}
-	if err := b.checkNode(l.dmPath, l.major, l.minor); err == nil {
-		return l.dmPath, nil
+	n := node{path: l.dmPath, major: l.major, minor: l.minor}
+	if err := b.checkNode(n.path, n.major, n.minor); err == nil {
+		return n, nil
 	}
 	if _, err := b.lvm(ctx, "vgmknodes", target); err != nil {
-		return "", classify(err)
+		return node{}, classify(err)
 	}
-	if err := b.checkNode(l.dmPath, l.major, l.minor); err != nil {
-		return "", fmt.Errorf("after vgmknodes: %w", err)
+	if err := b.checkNode(n.path, n.major, n.minor); err != nil {
+		return node{}, fmt.Errorf("after vgmknodes: %w", err)
 	}
-	return l.dmPath, nil
+	return n, nil
 }
 
 // sizeArg renders a size for --size and --virtualsize ("b": bytes).

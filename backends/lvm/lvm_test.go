@@ -190,3 +190,70 @@ func TestThinCreatesListEveryTime(t *testing.T) {
 		}
 	}
 }
+
+// TestDevicePathRemembered: a second DevicePath of a volume whose node is
+// still there with the device numbers lvs gave runs no command; once the
+// node is gone (the LV deactivated behind the backend's back), it lists
+// the LV again.
+func TestDevicePathRemembered(t *testing.T) {
+	const node = "/dev/mapper/vg0-pvc--node"
+	steps := commandtest.Captures(t, "testdata/lvm-device/device-path")
+	r := commandtest.New(t, append(steps, steps...)...)
+	b, err := lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thinpool", Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := false
+	lvm.SetCheckNode(b, func(path string, major, minor int64) error {
+		if gone || path != node || major != 254 || minor != 4 {
+			gone = false // lvs is asked next, and finds it again
+			return errors.New("no such node")
+		}
+		return nil
+	})
+	ctx := context.Background()
+	for range 3 {
+		if dev, err := b.DevicePath(ctx, "pvc-node"); err != nil || dev != node {
+			t.Fatalf("DevicePath: %q, %v; want %s", dev, err, node)
+		}
+	}
+	if n := len(r.Calls()); n != len(steps) {
+		t.Fatalf("three DevicePath calls ran %d commands, want the first's %d: %q", n, len(steps), r.Calls())
+	}
+	gone = true
+	if dev, err := b.DevicePath(ctx, "pvc-node"); err != nil || dev != node {
+		t.Fatalf("DevicePath after the node went: %q, %v; want %s", dev, err, node)
+	}
+	if n := len(r.Calls()); n != 2*len(steps) {
+		t.Fatalf("DevicePath after the node went ran %d commands in all, want %d (lvs again)", n, 2*len(steps))
+	}
+}
+
+// TestDevicePathAfterCreate: the node lvcreate made is remembered with its
+// device numbers, so the look-up of a new volume's device (its export's)
+// runs no lvs.
+func TestDevicePathAfterCreate(t *testing.T) {
+	steps := commandtest.Captures(t, "testdata/lvm-thin/create")
+	r := commandtest.New(t, steps...)
+	b, err := lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thinpool", Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lvm.SetBlockNode(b, func(path string) (int64, int64, error) {
+		if path != dmPath {
+			return 0, 0, errors.New("no such node")
+		}
+		return 254, 4, nil
+	})
+	lvm.SetCheckNode(b, nodeOK)
+	ctx := context.Background()
+	if _, err := b.Create(ctx, id, 3*extent+1); err != nil {
+		t.Fatal(err)
+	}
+	if dev, err := b.DevicePath(ctx, id); err != nil || dev != dmPath {
+		t.Fatalf("DevicePath after Create: %q, %v; want %s", dev, err, dmPath)
+	}
+	if n := len(r.Calls()); n != len(steps) {
+		t.Fatalf("Create and DevicePath ran %q, want the create's %d commands only", r.Calls(), len(steps))
+	}
+}

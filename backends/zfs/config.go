@@ -164,6 +164,7 @@ func New(c Config) (*Backend, error) {
 		run:           c.Runner,
 		deviceTimeout: c.DeviceTimeout,
 		zvols:         newZvolIndex(zvolScan, zvolName),
+		poolImported:  poolImported,
 	}
 	if c.ParentDataset != "" {
 		b.parent = c.Pool + "/" + c.ParentDataset

@@ -52,3 +52,18 @@ func zvolName(dev string) (string, error) {
 	}
 	return string(buf[:]), nil
 }
+
+// kstatDir is where the ZFS module keeps its statistics: a directory for
+// each imported pool, besides the files of its global statistics.
+const kstatDir = "/proc/spl/kstat/zfs"
+
+// poolImported reports whether pool is imported, from its statistics
+// directory, and whether that could be told (known is false without the
+// ZFS module's /proc/spl, as in a container that does not show it).
+func poolImported(pool string) (imported, known bool) {
+	if fi, err := os.Stat(kstatDir); err != nil || !fi.IsDir() {
+		return false, false
+	}
+	fi, err := os.Stat(filepath.Join(kstatDir, pool))
+	return err == nil && fi.IsDir(), true
+}

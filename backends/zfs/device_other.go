@@ -14,3 +14,6 @@ func zvolScan() ([]zdev, error) { return nil, errNotLinux }
 
 // zvolName needs ZFS's BLKZNAME ioctl.
 func zvolName(string) (string, error) { return "", errNotLinux }
+
+// poolImported needs Linux's /proc/spl.
+func poolImported(string) (imported, known bool) { return false, false }

@@ -16,6 +16,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
+	"github.com/pillar-csi/pillar-csi/backends/internal/memo"
 )
 
 // Backend is a ZFS store. It is safe for concurrent use; see the package
@@ -35,6 +36,13 @@ type Backend struct {
 	deviceTimeout time.Duration
 	// zvols finds the /dev/zdN node of each zvol.
 	zvols *zvolIndex
+	// poolImported tells from the ZFS module whether a pool is imported,
+	// when it can (known).
+	poolImported func(pool string) (imported, known bool)
+	// seen is the volumes this process made or listed as its own, with a
+	// device (volmode other than none), and has not deleted since:
+	// DevicePath finds their node without listing them again.
+	seen memo.Map[struct{}]
 
 	// admit serialises the admission decisions of sparse creates,
 	// expansions and clones, so that two of them cannot both fit into the
@@ -136,6 +144,7 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	}
 	switch {
 	case err == nil:
+		b.seen.Set(id, struct{}{})
 		return &backends.Volume{ID: id, Name: name, SizeBytes: size, Thin: b.sparse}, nil
 	case errs.StderrContains(err, "dataset already exists"):
 		v, err := b.existing(ctx, id, size)
@@ -185,6 +194,18 @@ func (b *Backend) get(ctx context.Context, id string) (*zvol, error) {
 	if err != nil {
 		return nil, err
 	}
+	z, err := b.listVolume(ctx, id, name)
+	switch {
+	case err == nil && z.volMode != "none":
+		b.seen.Set(id, struct{}{})
+	case err == nil, backends.IsNotFound(err), backends.IsConflict(err):
+		b.seen.Forget(id)
+	}
+	return z, err
+}
+
+// listVolume lists the zvol name of volume id.
+func (b *Backend) listVolume(ctx context.Context, id, name string) (*zvol, error) {
 	out, err := b.zfs(ctx, "list", "-Hp", "-t", "volume", "-o", volumeProps, name)
 	switch {
 	case errs.StderrContains(err, "dataset does not exist"):
@@ -201,18 +222,30 @@ func (b *Backend) get(ctx context.Context, id string) (*zvol, error) {
 	if len(zs) != 1 || zs[0].name != name {
 		return nil, fmt.Errorf("zfs list %s: unexpected output %q", name, out)
 	}
-	switch zs[0].owner {
+	return ownedBy(id, &zs[0])
+}
+
+// ownedBy returns z if volume id owns it: a zvol whose owner property
+// names another volume, or none, is not id's, and one whose owner marks
+// it deleted is gone.
+func ownedBy(id string, z *zvol) (*zvol, error) {
+	switch z.owner {
 	case id:
-		return &zs[0], nil
+		return z, nil
 	case deletedOwner(id):
-		return nil, errs.New(backends.ErrNotFound, nil, "%s was deleted; it stays until the snapshots and clones that need it are gone", name)
+		return nil, errs.New(backends.ErrNotFound, nil, "%s was deleted; it stays until the snapshots and clones that need it are gone", z.name)
 	}
-	return nil, errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%s)", name, id, OwnerProperty, zs[0].owner)
+	return nil, errs.New(backends.ErrConflict, nil, "%s exists and is not owned by volume %s (%s=%s)", z.name, id, OwnerProperty, z.owner)
 }
 
 // notFound tells a missing volume from a missing pool, which zfs list
 // reports alike.
 func (b *Backend) notFound(ctx context.Context, name string) error {
+	// The module's statistics answer the common case (a pool that is
+	// there) without a process; zpool tells a missing pool's error.
+	if imported, known := b.poolImported(b.pool); known && imported {
+		return errs.New(backends.ErrNotFound, nil, "%s does not exist", name)
+	}
 	_, err := b.run.Run(ctx, "zpool", "list", "-Hp", "-o", "name", b.pool)
 	switch {
 	case err == nil:
@@ -233,6 +266,7 @@ func (b *Backend) delete(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	b.seen.Forget(id)
 	v, err := b.destroy(ctx, name, id)
 	// A zvol is briefly held open by the kernel right after it was
 	// created or resized (its minor is set up or revalidated
@@ -503,6 +537,23 @@ func (b *Backend) DevicePath(ctx context.Context, id string) (string, error) {
 }
 
 func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
+	name, err := b.checkID(id)
+	if err != nil {
+		return "", err
+	}
+	// A volume seen before needs no listing: its node, which the index
+	// confirms is name's by asking the device, is the answer. Only when
+	// the node does not show within seenGrace (the zvol destroyed or
+	// renamed behind the agent's back, its volmode changed, a node slow
+	// to come) does the listing below tell why.
+	if _, ok := b.seen.Get(id); ok {
+		wctx, cancel := context.WithTimeout(ctx, min(seenGrace, b.deviceTimeout))
+		dev, err := b.awaitDevice(wctx, name)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return dev, err
+		}
+	}
 	z, err := b.get(ctx, id)
 	if err != nil {
 		return "", err
@@ -512,10 +563,19 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.deviceTimeout)
 	defer cancel()
+	return b.awaitDevice(ctx, z.name)
+}
+
+// seenGrace is how long DevicePath waits for the node of a volume it has
+// seen before it lists the volume to learn why the node is missing.
+const seenGrace = 5 * time.Second
+
+// awaitDevice waits until the zvol name has a device node, or ctx ends.
+func (b *Backend) awaitDevice(ctx context.Context, name string) (string, error) {
 	// The kernel makes a new zvol's node within milliseconds: look again
 	// after 5 ms, then twice as long each time, up to 100 ms.
 	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
-		dev, ok, err := b.zvols.device(z.name)
+		dev, ok, err := b.zvols.device(name)
 		if err != nil {
 			return "", err
 		}
@@ -524,7 +584,7 @@ func (b *Backend) devicePath(ctx context.Context, id string) (string, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return "", fmt.Errorf("waiting for the device node of %s: %w", z.name, ctx.Err())
+			return "", fmt.Errorf("waiting for the device node of %s: %w", name, ctx.Err())
 		case <-time.After(wait):
 		}
 	}

@@ -3,9 +3,11 @@ package zfs_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,10 +43,15 @@ func newBackend(sparse bool) replaytest.NewBackend {
 		zfs.SetZvolDevices(b, func() (map[string]string, error) {
 			return map[string]string{name: "/dev/zd0", "tank/other": "/dev/zd16"}, nil
 		})
+		zfs.SetPoolImported(b, tankImported)
 		zfs.SetBusyRetry(b, 0, 0)
 		return b
 	}
 }
+
+// tankImported is what the ZFS module's statistics tell in the kernel lab
+// where the captures were made: tank is imported, no other pool is.
+func tankImported(pool string) (imported, known bool) { return pool == "tank", true }
 
 // TestDeleteRetriesBusy: a destroy that finds the zvol busy (the kernel
 // holds a new or resized zvol open for a moment) is repeated, and the
@@ -245,5 +252,49 @@ func TestDeleteRefusesWhatItDoesNotOwn(t *testing.T) {
 		if err := b.Delete(context.Background(), id); !errors.Is(err, c.want) {
 			t.Errorf("verdict %q: Delete = %v, want %v", c.verdict, err, c.want)
 		}
+	}
+}
+
+// TestDevicePathOfASeenVolume: the device node of a volume the backend has
+// listed (or made) is found without listing the volume again; once the
+// node is gone (the zvol destroyed behind the backend's back), DevicePath
+// lists it to tell why, and after a Delete it lists again too.
+func TestDevicePathOfASeenVolume(t *testing.T) {
+	dir := filepath.Join("testdata", "zfs-sparse")
+	get := commandtest.Captures(t, filepath.Join(dir, "get"))
+	missing := commandtest.Captures(t, filepath.Join(dir, "get-missing"))
+	r := commandtest.New(t, append(get, missing...)...)
+	b, err := zfs.New(zfs.Config{Pool: "tank", ParentDataset: parent, Sparse: true, Runner: r, DeviceTimeout: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	devs := map[string]string{name: "/dev/zd0"}
+	zfs.SetPoolImported(b, tankImported)
+	zfs.SetZvolDevices(b, func() (map[string]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(devs), nil
+	})
+	ctx := context.Background()
+	if _, err := b.Get(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if dev, err := b.DevicePath(ctx, id); err != nil || dev != "/dev/zd0" {
+			t.Fatalf("DevicePath of a listed volume: %q, %v; want /dev/zd0", dev, err)
+		}
+	}
+	if n := len(r.Calls()); n != len(get) {
+		t.Fatalf("%d commands after a Get and three DevicePath calls, want the Get's %d: %q", n, len(get), r.Calls())
+	}
+	mu.Lock()
+	delete(devs, name)
+	mu.Unlock()
+	if _, err := b.DevicePath(ctx, id); !errors.Is(err, backends.ErrNotFound) {
+		t.Fatalf("DevicePath of a volume destroyed behind the backend's back: %v, want ErrNotFound", err)
+	}
+	if n := len(r.Calls()); n != len(get)+len(missing) {
+		t.Fatalf("DevicePath ran %q, want the listing of get-missing", r.Calls()[len(get):])
 	}
 }
