@@ -138,10 +138,11 @@ func rawCreatesAtOnce(t testing.TB, st *store, n int) time.Duration {
 		}
 	}
 	errs := make([]error, n)
+	var zvols fixture.ZvolFinder
 	began := time.Now()
 	var wg sync.WaitGroup
 	for i, id := range ids {
-		wg.Go(func() { errs[i] = st.rawCreateExport(ctx, fs, id, addr) })
+		wg.Go(func() { errs[i] = st.rawCreateExport(ctx, fs, &zvols, id, addr) })
 	}
 	wg.Wait()
 	took := time.Since(began)
@@ -165,8 +166,9 @@ func rawCreatesAtOnce(t testing.TB, st *store, n int) time.Duration {
 }
 
 // rawCreateExport makes volume id with the backend's create command, waits
-// for its device as the agent does, and exports it at addr.
-func (st *store) rawCreateExport(ctx context.Context, fs *configfs.FS, id string, addr configfs.Address) error {
+// for its device (a zvol's as udev would find it: zvols, shared by the
+// burst, asks each new device once), and exports it at addr.
+func (st *store) rawCreateExport(ctx context.Context, fs *configfs.FS, zvols *fixture.ZvolFinder, id string, addr configfs.Address) error {
 	argv := st.rawVolume(id, benchVolumeSize)
 	if _, err := (command.Exec{}).Run(ctx, argv[0], argv[1:]...); err != nil {
 		return err
@@ -179,7 +181,7 @@ func (st *store) rawCreateExport(ctx context.Context, fs *configfs.FS, id string
 		}
 	} else {
 		var err error
-		if dev, err = fixture.ZvolDevice(ctx, st.rawVolumeName(id), 30*time.Second); err != nil {
+		if dev, err = zvols.Device(ctx, st.rawVolumeName(id), 30*time.Second); err != nil {
 			return err
 		}
 	}
