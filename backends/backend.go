@@ -47,6 +47,16 @@ type Backend interface {
 	DevicePath(ctx context.Context, id string) (string, error)
 }
 
+// GetSharer is implemented by a backend whose Gets made at once share
+// their commands: however many callers ask, at most one of its Get
+// commands runs at a time, so a caller that bounds the commands it runs
+// at once (pillar-agent's store slots) need not count Gets. Each Get is
+// still answered by a command that started after it was asked.
+type GetSharer interface {
+	// SharesGets reports whether Gets made at once share their commands.
+	SharesGets() bool
+}
+
 // Volume is one backend volume.
 type Volume struct {
 	// ID is the volume ID that owns the volume.

@@ -54,8 +54,12 @@
 //
 // The ZFS backend admits sparse creates against a listing of the pool at
 // most zfs.AdmissionMaxAge old, less what it admitted since, because a
-// listing costs as much as the create; the LVM backend lists on every
-// thin create.
+// listing costs as much as the create. The LVM backend admits a thin
+// create against a listing of the volume group begun after the create was
+// asked for, less what was admitted since: one of its own, or the one
+// another create began meanwhile, so that the creates of a burst share a
+// listing or two while each still sees the thin pool as it was when it
+// was asked for (whether it zeroes new chunks, above all).
 //
 // Admission decisions are made one at a time per store, but the commands
 // they admit (zfs create and clone, zfs set volsize, lvcreate, lvextend)
@@ -70,7 +74,8 @@
 // without listing the volume again, as long as the device node is there;
 // only a missing node makes it list. A ZFS look-up that finds no volume
 // asks the module's statistics (/proc/spl/kstat/zfs), not zpool, whether
-// the pool is there.
+// the pool is there, and ZFS Gets made at once share one zfs list
+// (backends.GetSharer).
 //
 // Allowed dependencies: the Go standard library and golang.org/x/sys. No
 // Kubernetes and no gRPC: callers map backend errors to their own protocol.

@@ -21,7 +21,10 @@ const DefaultStoreConcurrency = 4
 // n change slots, look-ups (get, list, capacity, device path, snapshot
 // reads) for one of n look-up slots of their own, so that a look-up, such
 // as the device path of a volume just created or an export's check, never
-// queues behind a burst of creates waiting for theirs. Waiting honours
+// queues behind a burst of creates waiting for theirs. Gets of a backend
+// that shares their commands (backends.GetSharer: ZFS lists the zvols
+// asked for at once in one zfs list) take no slot: the backend runs one
+// such command at a time. Waiting honours
 // the caller's context, also inside an admitted act that no longer follows
 // it (waitContext), so a caller whose deadline passes in the queue gets
 // DEADLINE_EXCEEDED without running anything; the command, once it has its
@@ -84,6 +87,11 @@ func (l *limited) Expand(ctx context.Context, id string, size int64) (*backends.
 }
 
 func (l *limited) Get(ctx context.Context, id string) (*backends.Volume, error) {
+	// A backend that shares the commands of Gets made at once runs one
+	// at a time itself: a slot would only cut its batches short.
+	if s, ok := l.b.(backends.GetSharer); ok && s.SharesGets() {
+		return l.b.Get(ctx, id)
+	}
 	release, err := l.lookup(ctx, "get")
 	if err != nil {
 		return nil, err

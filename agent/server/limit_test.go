@@ -68,3 +68,41 @@ func TestStoreLookupsPassQueuedChanges(t *testing.T) {
 		}
 	}
 }
+
+// sharingBackend is a fake whose Gets share their commands
+// (backends.GetSharer).
+type sharingBackend struct{ *fakeBackend }
+
+func (sharingBackend) SharesGets() bool { return true }
+
+// TestStoreSharedGetsTakeNoSlot: with every look-up slot taken, a Get of
+// a backend that shares the commands of Gets made at once runs (it
+// bounds its commands itself), and a Get of any other backend waits.
+func TestStoreSharedGetsTakeNoSlot(t *testing.T) {
+	be := newFakeBackend(t.TempDir())
+	if _, err := be.Create(context.Background(), "pvc-a", 4096); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		l     *limited
+		waits bool
+	}{
+		{"a backend that shares its Gets", limit(sharingBackend{be}, 1), false},
+		{"any other backend", limit(be, 1), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			release, err := c.l.lookup(context.Background(), "held")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_, err = c.l.Get(ctx, "pvc-a")
+			if waited := errors.Is(err, context.DeadlineExceeded); waited != c.waits || (!c.waits && err != nil) {
+				t.Fatalf("Get with every look-up slot taken: %v; want it to wait: %v", err, c.waits)
+			}
+		})
+	}
+}

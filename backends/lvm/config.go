@@ -8,6 +8,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/internal/batch"
 )
 
 // LVMConfig is passed to every lvm command with --config. Storage nodes
@@ -100,6 +101,7 @@ func New(c Config) (*Backend, error) {
 	if b.run == nil {
 		b.run = command.Exec{}
 	}
+	b.lookups = batch.Group[lv]{Max: maxListed, Run: b.listLVs}
 	if b.ratio == 0 {
 		b.ratio = 1
 	}

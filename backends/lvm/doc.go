@@ -54,7 +54,10 @@
 //     character says whether the pool zeroes ('z') or not ('-'); Create
 //     and Capacity refuse such a pool (backends.ErrThinPoolNotZeroing)
 //     unless Config.AllowUnzeroedThinPool is set, at no extra command:
-//     the pool's row is in the lvs report they run anyway. lvchange
+//     the pool's row is in the lvs report they run anyway. A thin Create
+//     is decided on a report begun after it was asked for, its own or
+//     one another Create began meanwhile (the creates of a burst share
+//     it), never on an older one. lvchange
 //     --zero y takes effect on an active pool with LVs in use.
 //   - A linear LV gets freed extents as a deleted LV left them: lvcreate
 //     --zero y clears only the first 4 KiB, and lvextend adds extents

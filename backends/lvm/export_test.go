@@ -13,3 +13,6 @@ func AllowUnzeroedThinPool(b *Backend) { b.allowUnzeroed = true }
 
 // SetBlockNode replaces how b reads which device a node is.
 func SetBlockNode(b *Backend, f func(path string) (major, minor int64, err error)) { b.blockNode = f }
+
+// WaitingLookups returns how many of b's LV look-ups wait for a report.
+func WaitingLookups(b *Backend) int { return b.lookups.Waiting() }

@@ -6,10 +6,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
+	"github.com/pillar-csi/pillar-csi/backends/internal/batch"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 	"github.com/pillar-csi/pillar-csi/backends/internal/memo"
 )
@@ -33,6 +35,13 @@ type Backend struct {
 	// forgotten when the volume is deleted: a node still there with its
 	// device numbers is the answer without listing the LV again.
 	nodes memo.Map[node]
+	// lookups reports the LVs that Gets ask for at once in one lvs.
+	lookups batch.Group[lv]
+
+	// listings counts the admission listings begun; last is the newest
+	// (admissionListing).
+	listings atomic.Uint64
+	last     poolListing
 
 	// admit serialises the admission decisions of thin creates,
 	// expansions, snapshots and clones, so that two of them cannot both
@@ -51,15 +60,15 @@ func (b *Backend) lvm(ctx context.Context, cmd string, args ...string) ([]byte, 
 	return b.run.Run(ctx, "lvm", append([]string{cmd, "--config", b.config}, args...)...)
 }
 
-// report runs a JSON report command (lvs, vgs) with byte units.
-func (b *Backend) report(ctx context.Context, cmd, fields, target string) ([]byte, error) {
+// report runs a JSON report command (lvs, vgs) of targets with byte units.
+func (b *Backend) report(ctx context.Context, cmd, fields string, targets ...string) ([]byte, error) {
 	config := b.config
 	if strings.Contains(fields, "lv_time") {
 		// lv_time is printed in the host's report/time_format: pinned to
 		// the layout the parser reads.
 		config += ` report { time_format="%Y-%m-%d %T %z" }`
 	}
-	return b.run.Run(ctx, "lvm", cmd, "--config", config, "--reportformat", "json", "--units", "b", "--nosuffix", "-o", fields, target)
+	return b.run.Run(ctx, "lvm", append([]string{cmd, "--config", config, "--reportformat", "json", "--units", "b", "--nosuffix", "-o", fields}, targets...)...)
 }
 
 func (b *Backend) volume(id string, l *lv) *backends.Volume {
@@ -108,26 +117,39 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 	} else {
 		var retried *lv
 		var res *admit.Reservation
+		asked := b.listings.Load()
 		res, err = b.admit.Reserve(func(reserved int64) (int64, error) {
-			lvs, pool, err := b.listPool(ctx)
+			decide := func(l poolListing) (int64, error) {
+				if err := b.zeroing(l.pool); err != nil {
+					return 0, err
+				}
+				var err error
+				if size, err = backends.RoundUp(sizeBytes, l.pool.extentSize); err != nil {
+					return 0, err
+				}
+				// The listing shows a retried Create's volume: no
+				// admission for it.
+				if retried = find(l.lvs, name); retried != nil {
+					return 0, admit.ErrMade
+				}
+				if avail := b.thinAvailable(l.lvs, l.pool) - l.taken - reserved; size > avail {
+					return 0, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available in thin pool %s under overcommit ratio %g", size, avail, b.store, b.ratio)
+				}
+				return size, nil
+			}
+			// A listing begun after this create was asked for is as
+			// fresh as one of its own: the creates of a burst share it.
+			// One that refuses it is not trusted with the refusal.
+			if b.last.seq > asked {
+				if n, err := decide(b.last); !backends.IsNoSpace(err) {
+					return n, err
+				}
+			}
+			l, err := b.admissionListing(ctx)
 			if err != nil {
 				return 0, err
 			}
-			if err := b.zeroing(pool); err != nil {
-				return 0, err
-			}
-			if size, err = backends.RoundUp(sizeBytes, pool.extentSize); err != nil {
-				return 0, err
-			}
-			// The listing shows a retried Create's volume: no admission
-			// for it.
-			if retried = find(lvs, name); retried != nil {
-				return 0, admit.ErrMade
-			}
-			if avail := b.thinAvailable(lvs, pool) - reserved; size > avail {
-				return 0, errs.New(backends.ErrNoSpace, nil, "%d bytes requested, %d available in thin pool %s under overcommit ratio %g", size, avail, b.store, b.ratio)
-			}
-			return size, nil
+			return decide(l)
 		})
 		if err == admit.ErrMade {
 			return b.same(id, retried, size)
@@ -136,7 +158,7 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 			return nil, err
 		}
 		err = admit.ErrPanicked
-		defer func() { res.End(err, nil) }()
+		defer func() { res.End(err, b.last.take) }()
 		args = []string{"--yes", "--activate", "y", "--setactivationskip", "n", "--type", "thin",
 			"--name", name, "--addtag", TagPrefix + id, "--virtualsize", sizeArg(size), "--thinpool", b.thinPool, b.vg}
 	}
@@ -208,6 +230,34 @@ func (b *Backend) ownerByName(l *lv, prefix string) (string, bool) {
 	return "", false
 }
 
+// poolListing is a listing of the volume group that thin creates are
+// admitted on: its LVs, the thin pool among them, the bytes commands
+// admitted since it was made have taken (they may not be in it), and its
+// number among the admission listings begun (seq; 0 is none). Guarded by
+// the admission lock.
+type poolListing struct {
+	seq   uint64
+	lvs   []lv
+	pool  *lv
+	taken int64
+}
+
+// take counts n bytes an admitted command took against the listing.
+func (l *poolListing) take(n int64) { l.taken += n }
+
+// admissionListing lists the volume group for the admission of thin
+// creates and keeps the listing as b.last. The caller holds the
+// admission lock.
+func (b *Backend) admissionListing(ctx context.Context) (poolListing, error) {
+	seq := b.listings.Add(1)
+	lvs, pool, err := b.listPool(ctx)
+	if err != nil {
+		return poolListing{}, err
+	}
+	b.last = poolListing{seq: seq, lvs: lvs, pool: pool}
+	return b.last, nil
+}
+
 // listPool lists the volume group's LVs and finds the thin pool among them.
 func (b *Backend) listPool(ctx context.Context) ([]lv, *lv, error) {
 	out, err := b.report(ctx, "lvs", lvFields, b.vg)
@@ -271,14 +321,65 @@ func (b *Backend) get(ctx context.Context, id string) (*lv, error) {
 	if err := backends.ValidateVolumeID(id); err != nil {
 		return nil, err
 	}
-	l, err := b.lvByName(ctx, LVName(b.vg, id), lvFields)
+	l, err := b.lookups.Do(ctx, LVName(b.vg, id))
 	if err != nil {
 		return nil, err
 	}
-	if err := b.owned(id, l); err != nil {
+	if err := b.owned(id, &l); err != nil {
 		return nil, err
 	}
-	return l, nil
+	return &l, nil
+}
+
+// SharesGets implements backends.GetSharer: Gets made at once are
+// reported together (listLVs).
+func (b *Backend) SharesGets() bool { return true }
+
+// maxListed is the most LVs one lvs of listLVs names.
+const maxListed = 64
+
+// listLVs reports the LVs names (of the volume group) in one lvs and
+// answers each name: its row, ErrNotFound, or the command's error. lvs
+// reports the LVs it finds and names each one it does not on a line of
+// its own (Failed to find logical volume "VG/NAME"), exiting 5.
+func (b *Backend) listLVs(ctx context.Context, names []string) map[string]batch.Result[lv] {
+	targets := make([]string, len(names))
+	for i, n := range names {
+		targets[i] = b.vg + "/" + n
+	}
+	out, err := b.report(ctx, "lvs", lvFields, targets...)
+	res := make(map[string]batch.Result[lv], len(names))
+	lvs, perr := parseLVs(out)
+	if perr == nil {
+		for _, l := range lvs {
+			if slices.Contains(names, l.name) {
+				res[l.name] = batch.Result[lv]{Value: l}
+			}
+		}
+	}
+	var stderr string
+	if ce := errs.Command(err); ce != nil {
+		stderr = ce.Stderr
+	}
+	for i, name := range names {
+		if _, ok := res[name]; ok {
+			continue
+		}
+		var e error
+		switch {
+		case strings.Contains(stderr, `Failed to find logical volume "`+targets[i]+`"`),
+			len(names) == 1 && strings.Contains(stderr, "Failed to find logical volume"):
+			e = errs.New(backends.ErrNotFound, nil, "%s does not exist", targets[i])
+		case err != nil:
+			e = classify(err)
+		case perr != nil:
+			e = perr
+		default:
+			e = fmt.Errorf("lvs %s: unexpected report %q", targets[i], out)
+		}
+		res[name] = batch.Result[lv]{Err: e}
+	}
+	return res
 }
 
 // lvByName reports the columns fields of the LV name: ErrNotFound when
@@ -395,8 +496,9 @@ func (b *Backend) expand(ctx context.Context, id string, sizeBytes int64) (*back
 		if err != nil {
 			return nil, err
 		}
-		// Ended when lvextend has: its new size is in every listing after.
-		defer func() { res.End(err, nil) }()
+		// Ended when lvextend has: its new size is in every listing
+		// after, and counted against the last one.
+		defer func() { res.End(err, b.last.take) }()
 		err = admit.ErrPanicked
 	}
 	if !l.thinVolume() {

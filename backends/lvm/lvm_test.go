@@ -3,12 +3,17 @@ package lvm_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/backends/command/commandtest"
+	"github.com/pillar-csi/pillar-csi/backends/internal/batch/batchtest"
 	"github.com/pillar-csi/pillar-csi/backends/internal/replaytest"
 	"github.com/pillar-csi/pillar-csi/backends/lvm"
 )
@@ -255,5 +260,145 @@ func TestDevicePathAfterCreate(t *testing.T) {
 	}
 	if n := len(r.Calls()); n != len(steps) {
 		t.Fatalf("Create and DevicePath ran %q, want the create's %d commands only", r.Calls(), len(steps))
+	}
+}
+
+// TestGetsAtOnceShareAReport: Gets made while a report runs are answered
+// together by the next one, a single lvs naming every LV; each gets its
+// own answer from it: the volume, ErrNotFound for an LV lvs does not find,
+// ErrConflict for an LV no volume owns.
+func TestGetsAtOnceShareAReport(t *testing.T) {
+	row := func(name, tags string) string {
+		return `{"lv_name":"` + name + `", "lv_size":"8388608", "lv_tags":"` + tags + `", "lv_attr":"Vwi-a-tz--", "pool_lv":"thinpool", "lv_dm_path":"/dev/mapper/vg0-` + name + `", "lv_kernel_major":"253", "lv_kernel_minor":"3", "vg_extent_size":"4194304"}`
+	}
+	report := func(rows ...string) []byte {
+		return []byte(`{"report": [{"lv": [` + strings.Join(rows, ",") + `]}]}`)
+	}
+	r := batchtest.NewHeld(func([]string) ([]byte, error) { return report(row("pvc-first", lvm.TagPrefix+"pvc-first")), nil }, func(argv []string) ([]byte, error) {
+		return report(row("pvc-a", lvm.TagPrefix+"pvc-a"), row("pvc-b", lvm.TagPrefix+"pvc-b"), row("pvc-theirs", "")),
+			commandtest.Exited(argv, 5, "  Failed to find logical volume \"vg0/pvc-gone\"\n")
+	})
+	b, err := lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thinpool", Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]error{"pvc-a": nil, "pvc-b": nil, "pvc-gone": backends.ErrNotFound, "pvc-theirs": backends.ErrConflict}
+	batchtest.Shared(t, b, r, "pvc-first", 8388608, want, func() int { return lvm.WaitingLookups(b) })
+	calls := r.Calls()
+	if len(calls) != 2 || len(calls[1]) != 11+len(want) || !slices.Contains(calls[1], "vg0/pvc-gone") || !slices.Contains(calls[1], "vg0/pvc-a") {
+		t.Fatalf("commands %q, want a report, then one lvs of the four LVs", calls)
+	}
+}
+
+// fakeThinVG answers the lvs and lvcreate of one thin pool of poolSize
+// bytes: a listing of the volume group shows the pool and every LV made
+// so far, and the first listing waits for first to close.
+type fakeThinVG struct {
+	poolSize int64
+	first    chan struct{}
+
+	mu       sync.Mutex
+	lvs      []string // names made by lvcreate, with their sizes
+	sizes    map[string]string
+	listings int
+	creates  int
+}
+
+func (f *fakeThinVG) run(_ context.Context, argv []string) ([]byte, error) {
+	row := func(name, size, tags, attr, pool string) string {
+		return `{"lv_name":"` + name + `", "lv_size":"` + size + `", "lv_tags":"` + tags + `", "lv_attr":"` + attr + `", "pool_lv":"` + pool +
+			`", "lv_dm_path":"/dev/mapper/vg0-` + name + `", "lv_kernel_major":"254", "lv_kernel_minor":"2", "vg_extent_size":"4194304"}`
+	}
+	switch {
+	case len(argv) > 1 && argv[1] == "lvs" && argv[len(argv)-1] == "vg0":
+		f.mu.Lock()
+		f.listings++
+		n := f.listings
+		rows := []string{row("thinpool", strconv.FormatInt(f.poolSize, 10), "", "twi-a-tz--", "")}
+		for _, name := range f.lvs {
+			rows = append(rows, row(name, f.sizes[name], lvm.TagPrefix+name, "Vwi-a-tz--", "thinpool"))
+		}
+		f.mu.Unlock()
+		if n == 1 {
+			<-f.first
+		}
+		return []byte(`{"report": [{"lv": [` + strings.Join(rows, ",") + `]}]}`), nil
+	case len(argv) > 1 && argv[1] == "lvcreate":
+		name, size := argv[slices.Index(argv, "--name")+1], argv[slices.Index(argv, "--virtualsize")+1]
+		f.mu.Lock()
+		f.creates++
+		f.lvs = append(f.lvs, name)
+		f.sizes[name] = strings.TrimSuffix(size, "b")
+		f.mu.Unlock()
+		return nil, nil
+	}
+	return nil, commandtest.Exited(argv, 3, "unexpected command")
+}
+
+// TestThinCreatesShareAListing: thin creates asked for while the volume
+// group is being listed for another are admitted on the next listing,
+// begun after they were asked for, with what was admitted since counted
+// against it: a burst lists twice, not once per create, and admits no
+// more than the pool holds.
+func TestThinCreatesShareAListing(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name         string
+		creates      int
+		admitted     int
+		listingsMost int
+	}{
+		{"all fit", 7, 7, 2},
+		// 64 MiB hold eight of 8 MiB; each refusal is checked on a
+		// listing of its own.
+		{"more than fit", 10, 8, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeThinVG{poolSize: 64 * mib, first: make(chan struct{}), sizes: map[string]string{}}
+			b, err := lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thinpool", Runner: commandtest.Func(f.run)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lvm.SetCheckNode(b, func(string, int64, int64) error { return nil })
+			errc := make(chan error, c.creates)
+			create := func(i int) {
+				_, err := b.Create(context.Background(), "pvc-burst-"+strconv.Itoa(i), 8*mib)
+				errc <- err
+			}
+			go create(0)
+			for {
+				f.mu.Lock()
+				n := f.listings
+				f.mu.Unlock()
+				if n == 1 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			for i := 1; i < c.creates; i++ {
+				go create(i)
+			}
+			// The others ask before the first listing ends: they start
+			// and reach the admission lock well within this.
+			time.Sleep(250 * time.Millisecond)
+			close(f.first)
+			admitted, refused := 0, 0
+			for range c.creates {
+				switch err := <-errc; {
+				case err == nil:
+					admitted++
+				case errors.Is(err, backends.ErrNoSpace):
+					refused++
+				default:
+					t.Errorf("Create: %v", err)
+				}
+			}
+			if admitted != c.admitted || f.creates != c.admitted || admitted+refused != c.creates {
+				t.Errorf("%d admitted, %d refused, %d lvcreate; want %d admitted", admitted, refused, f.creates, c.admitted)
+			}
+			if f.listings > c.listingsMost {
+				t.Errorf("%d listings for %d creates, want at most %d", f.listings, c.creates, c.listingsMost)
+			}
+		})
 	}
 }

@@ -83,7 +83,7 @@ func (b *Backend) createSnapshot(ctx context.Context, id, sourceID string) (*bac
 		return nil, err
 	}
 	err = admit.ErrPanicked
-	defer func() { res.End(err, nil) }()
+	defer func() { res.End(err, b.last.take) }()
 	_, err = b.lvm(ctx, "lvcreate", "--yes", "--snapshot", "--setactivationskip", "y", "--name", name,
 		"--addtag", SnapshotTagPrefix+id, "--addtag", SourceTagPrefix+sourceID, b.vg+"/"+src.name)
 	if err != nil && !errs.StderrContains(err, "already exists in volume group") {
@@ -310,7 +310,7 @@ func (b *Backend) cloneLV(ctx context.Context, id string, sizeBytes int64, origi
 		return nil, err
 	}
 	err = admit.ErrPanicked
-	defer func() { res.End(err, nil) }()
+	defer func() { res.End(err, b.last.take) }()
 	_, err = b.lvm(ctx, "lvcreate", "--yes", "--snapshot", "--setactivationskip", "n", "--activate", "y", "--name", name,
 		"--addtag", TagPrefix+id, b.vg+"/"+o.name)
 	if err != nil && !errs.StderrContains(err, "already exists in volume group") {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
+	"github.com/pillar-csi/pillar-csi/backends/internal/batch"
 )
 
 // OwnerProperty is the ZFS user property holding the ID of the volume that
@@ -172,6 +173,7 @@ func New(c Config) (*Backend, error) {
 	if b.run == nil {
 		b.run = command.Exec{}
 	}
+	b.lookups = batch.Group[zvol]{Max: maxListed, Run: b.listVolumes}
 	if b.ratio == 0 {
 		b.ratio = 1
 	}

@@ -38,8 +38,18 @@
 //     "out of space", "dataset is busy", "no such pool"); usage errors with
 //     exit status 2.
 //   - A missing pool and a missing dataset give the same "dataset does not
-//     exist" from zfs list; the backend asks zpool whether the pool exists
-//     before it reports a volume as missing.
+//     exist" from zfs list; before it reports a volume as missing, the
+//     backend asks whether the pool is imported: the module's statistics
+//     (a directory /proc/spl/kstat/zfs/POOL for each imported pool), or
+//     zpool where /proc/spl is not shown or names no such pool.
+//   - zfs list names any number of datasets: it prints a row for each it
+//     can list and a line "cannot open 'NAME': REASON" on standard error
+//     for each it cannot, and exits 1 if there was one. Gets made while a
+//     listing runs are answered together by the next one, one zfs list
+//     naming every zvol asked for (at most 64), so a burst of creates,
+//     each of which asks first whether its volume exists, runs a few
+//     listings instead of one per create; each answer still comes from a
+//     listing that started after it was asked.
 //   - Delete is one command: the channel program destroy.lua, given to
 //     zfs program on standard input, checks that the dataset is a volume
 //     whose OwnerProperty names the volume and destroys it, in one sync
@@ -71,7 +81,8 @@
 //   - A sparse create or expansion is admitted against a zfs list of every
 //     dataset of the pool at most AdmissionMaxAge old, less what the
 //     backend admitted since; such a listing costs about as much as the
-//     zfs create it admits. (The LVM backend lists on every thin create:
-//     its listing also says whether the pool zeroes new chunks, which must
-//     never be stale.)
+//     zfs create it admits. (The LVM backend admits a thin create only
+//     on a listing begun after the create was asked for: its listing
+//     also says whether the pool zeroes new chunks, which must never be
+//     older than the request.)
 package zfs

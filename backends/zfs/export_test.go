@@ -38,3 +38,6 @@ func SetClock(b *Backend, now func() time.Time) { b.figure.now = now }
 // SetPoolImported replaces how b tells from the ZFS module whether a pool
 // is imported; the replay tests' captures were made without it.
 func SetPoolImported(b *Backend, f func(pool string) (imported, known bool)) { b.poolImported = f }
+
+// WaitingLookups returns how many of b's zvol look-ups wait for a listing.
+func WaitingLookups(b *Backend) int { return b.lookups.Waiting() }

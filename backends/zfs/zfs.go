@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/backends/internal/admit"
+	"github.com/pillar-csi/pillar-csi/backends/internal/batch"
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 	"github.com/pillar-csi/pillar-csi/backends/internal/memo"
 )
@@ -43,6 +45,9 @@ type Backend struct {
 	// device (volmode other than none), and has not deleted since:
 	// DevicePath finds their node without listing them again.
 	seen memo.Map[struct{}]
+	// lookups lists the zvols that Get, DevicePath and the like ask for
+	// at once in one zfs list.
+	lookups batch.Group[zvol]
 
 	// admit serialises the admission decisions of sparse creates,
 	// expansions and clones, so that two of them cannot both fit into the
@@ -189,6 +194,10 @@ func (b *Backend) Get(ctx context.Context, id string) (*backends.Volume, error) 
 	return z.volume(), nil
 }
 
+// SharesGets implements backends.GetSharer: Gets made at once are listed
+// together (listVolume).
+func (b *Backend) SharesGets() bool { return true }
+
 func (b *Backend) get(ctx context.Context, id string) (*zvol, error) {
 	name, err := b.checkID(id)
 	if err != nil {
@@ -204,25 +213,82 @@ func (b *Backend) get(ctx context.Context, id string) (*zvol, error) {
 	return z, err
 }
 
-// listVolume lists the zvol name of volume id.
+// listVolume lists the zvol name of volume id. Look-ups made at once share
+// one zfs list (b.lookups), each answered by a listing that started after
+// it was asked.
 func (b *Backend) listVolume(ctx context.Context, id, name string) (*zvol, error) {
-	out, err := b.zfs(ctx, "list", "-Hp", "-t", "volume", "-o", volumeProps, name)
+	z, err := b.lookups.Do(ctx, name)
 	switch {
-	case errs.StderrContains(err, "dataset does not exist"):
+	case errors.Is(err, errNoDataset):
 		return nil, b.notFound(ctx, name)
-	case errs.StderrContains(err, "operation not applicable to datasets of this type"):
-		return nil, errs.New(backends.ErrConflict, nil, "%s exists and is not a volume", name)
 	case err != nil:
-		return nil, classify(err)
-	}
-	zs, err := parseVolumes(out)
-	if err != nil {
 		return nil, err
 	}
-	if len(zs) != 1 || zs[0].name != name {
-		return nil, fmt.Errorf("zfs list %s: unexpected output %q", name, out)
+	return ownedBy(id, &z)
+}
+
+// maxListed is the most zvols one zfs list of listVolumes names.
+const maxListed = 64
+
+// errNoDataset is listVolumes' answer for a name that does not exist: a
+// missing zvol or a missing pool, which notFound tells apart.
+var errNoDataset = errors.New("dataset does not exist")
+
+// listVolumes lists the zvols names in one zfs list and answers each
+// name: its row, errNoDataset, ErrConflict for a dataset that is not a
+// volume, or the command's error. zfs lists the names it can and reports
+// each one it cannot on a line of its own ("cannot open 'NAME': REASON"),
+// exiting 1.
+func (b *Backend) listVolumes(ctx context.Context, names []string) map[string]batch.Result[zvol] {
+	out, err := b.zfs(ctx, append([]string{"list", "-Hp", "-t", "volume", "-o", volumeProps}, names...)...)
+	res := make(map[string]batch.Result[zvol], len(names))
+	zs, perr := parseVolumes(out)
+	for _, z := range zs {
+		if slices.Contains(names, z.name) {
+			res[z.name] = batch.Result[zvol]{Value: z}
+		}
 	}
-	return ownedBy(id, &zs[0])
+	for _, name := range names {
+		if _, ok := res[name]; ok {
+			continue
+		}
+		var e error
+		msg := stderrAbout(err, name, len(names) == 1)
+		switch {
+		case strings.Contains(msg, "dataset does not exist"):
+			e = errNoDataset
+		case strings.Contains(msg, "operation not applicable to datasets of this type"):
+			e = errs.New(backends.ErrConflict, nil, "%s exists and is not a volume", name)
+		case err != nil:
+			e = classify(err)
+		case perr != nil:
+			e = perr
+		default:
+			e = fmt.Errorf("zfs list %s: unexpected output %q", name, out)
+		}
+		res[name] = batch.Result[zvol]{Err: e}
+	}
+	return res
+}
+
+// stderrAbout returns what a failed command's standard error says about
+// the dataset name: the lines that quote it, or all of it when the
+// command named no other (whole).
+func stderrAbout(err error, name string, whole bool) string {
+	ce := errs.Command(err)
+	if ce == nil {
+		return ""
+	}
+	if whole {
+		return ce.Stderr
+	}
+	var about strings.Builder
+	for line := range strings.Lines(ce.Stderr) {
+		if strings.Contains(line, "'"+name+"'") {
+			about.WriteString(line)
+		}
+	}
+	return about.String()
 }
 
 // ownedBy returns z if volume id owns it: a zvol whose owner property

@@ -14,6 +14,7 @@ import (
 	"github.com/pillar-csi/pillar-csi/backends"
 	"github.com/pillar-csi/pillar-csi/backends/command"
 	"github.com/pillar-csi/pillar-csi/backends/command/commandtest"
+	"github.com/pillar-csi/pillar-csi/backends/internal/batch/batchtest"
 	"github.com/pillar-csi/pillar-csi/backends/internal/replaytest"
 	"github.com/pillar-csi/pillar-csi/backends/zfs"
 )
@@ -296,5 +297,35 @@ func TestDevicePathOfASeenVolume(t *testing.T) {
 	}
 	if n := len(r.Calls()); n != len(get)+len(missing) {
 		t.Fatalf("DevicePath ran %q, want the listing of get-missing", r.Calls()[len(get):])
+	}
+}
+
+// TestGetsAtOnceShareAListing: Gets made while a listing runs are
+// answered together by the next one, a single zfs list naming every
+// zvol; each gets its own answer from it: the volume, ErrNotFound for a
+// name zfs cannot open because it does not exist, ErrConflict for a
+// dataset that is not a volume or a zvol another volume owns.
+func TestGetsAtOnceShareAListing(t *testing.T) {
+	row := func(vol, owner string) string {
+		return "tank/pillar/vols/" + vol + "\t8388608\t16384\t0\tdefault\t" + owner + "\n"
+	}
+	r := batchtest.NewHeld(func([]string) ([]byte, error) { return []byte(row("pvc-first", "pvc-first")), nil }, func(argv []string) ([]byte, error) {
+		// zfs lists what it can, in name order, and names each dataset it
+		// cannot open on standard error.
+		out := row("pvc-a", "pvc-a") + row("pvc-b", "pvc-b") + row("pvc-theirs", "pvc-other")
+		return []byte(out), commandtest.Exited(argv, 1,
+			"cannot open 'tank/pillar/vols/pvc-gone': dataset does not exist\n"+
+				"cannot open 'tank/pillar/vols/pvc-fs': operation not applicable to datasets of this type\n")
+	})
+	b, err := zfs.New(zfs.Config{Pool: "tank", ParentDataset: parent, Sparse: true, Runner: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zfs.SetPoolImported(b, tankImported)
+	want := map[string]error{"pvc-a": nil, "pvc-b": nil, "pvc-gone": backends.ErrNotFound, "pvc-fs": backends.ErrConflict, "pvc-theirs": backends.ErrConflict}
+	batchtest.Shared(t, b, r, "pvc-first", 8388608, want, func() int { return zfs.WaitingLookups(b) })
+	calls := r.Calls()
+	if len(calls) != 2 || len(calls[1]) != 7+len(want) || !strings.HasPrefix(strings.Join(calls[1], " "), "zfs list -Hp -t volume -o ") {
+		t.Fatalf("commands %q, want a listing, then one zfs list of the five zvols", calls)
 	}
 }
