@@ -343,11 +343,16 @@ const maxListed = 64
 // reports the LVs it finds and names each one it does not on a line of
 // its own (Failed to find logical volume "VG/NAME"), exiting 5.
 func (b *Backend) listLVs(ctx context.Context, names []string) map[string]batch.Result[lv] {
+	return b.reportLVs(ctx, lvFields, names)
+}
+
+// reportLVs is listLVs of the columns fields.
+func (b *Backend) reportLVs(ctx context.Context, fields string, names []string) map[string]batch.Result[lv] {
 	targets := make([]string, len(names))
 	for i, n := range names {
 		targets[i] = b.vg + "/" + n
 	}
-	out, err := b.report(ctx, "lvs", lvFields, targets...)
+	out, err := b.report(ctx, "lvs", fields, targets...)
 	res := make(map[string]batch.Result[lv], len(names))
 	lvs, perr := parseLVs(out)
 	if perr == nil {
@@ -385,21 +390,11 @@ func (b *Backend) listLVs(ctx context.Context, names []string) map[string]batch.
 // lvByName reports the columns fields of the LV name: ErrNotFound when
 // there is none.
 func (b *Backend) lvByName(ctx context.Context, name, fields string) (*lv, error) {
-	out, err := b.report(ctx, "lvs", fields, b.vg+"/"+name)
-	if errs.StderrContains(err, "Failed to find logical volume") {
-		return nil, errs.New(backends.ErrNotFound, nil, "%s/%s does not exist", b.vg, name)
+	r := b.reportLVs(ctx, fields, []string{name})[name]
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	if err != nil {
-		return nil, classify(err)
-	}
-	lvs, err := parseLVs(out)
-	if err != nil {
-		return nil, err
-	}
-	if len(lvs) != 1 || lvs[0].name != name {
-		return nil, fmt.Errorf("lvs %s/%s: unexpected report %q", b.vg, name, out)
-	}
-	return &lvs[0], nil
+	return &r.Value, nil
 }
 
 // Delete implements backends.Backend.
