@@ -37,7 +37,9 @@ import (
 //
 // ctx is checked between steps. A single configfs write cannot be
 // interrupted, but none of them waits for the network: the longest is a
-// namespace enable, which opens the backing device.
+// namespace enable, which opens the backing device. An enable that fails
+// with ENOENT (a device node the kernel cannot open yet) is tried again
+// for up to 2 s while ctx lasts.
 func (f *FS) Apply(ctx context.Context, e Export) error {
 	want, err := e.normalize()
 	if err != nil {
@@ -75,7 +77,7 @@ func (f *FS) Apply(ctx context.Context, e Export) error {
 
 	steps := []func() error{
 		func() error { return f.applySubsystemAttrs(nqn, want.Attrs, cur.Attrs, fresh) },
-		func() error { return f.applyNamespaces(nqn, want.Namespaces, cur.Namespaces, names) },
+		func() error { return f.applyNamespaces(ctx, nqn, want.Namespaces, cur.Namespaces, names) },
 		func() error {
 			access := func() error { return f.applyAccess(nqn, want, cur, names.hosts, fresh) }
 			if fresh || !narrows(want, cur) {

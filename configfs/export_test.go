@@ -9,8 +9,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -364,6 +366,83 @@ func TestApplyAfterPartialFailure(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestApplyWaitsForTheDevice: a namespace's enable that fails with ENOENT
+// (a new zvol's node there before the kernel lets nvmet open it) is tried
+// again until the device opens; one that never opens fails after
+// enableRetryFor, or sooner when the context ends, leaving the namespace
+// for the next Apply; an ENOENT of any other write is not waited for.
+func TestApplyWaitsForTheDevice(t *testing.T) {
+	// failing makes the writes to attributes named attr fail with ENOENT
+	// the first times times (-1: always), and counts the writes.
+	failing := func(sim *kernelSim, attr string, times int) *atomic.Int32 {
+		var n atomic.Int32
+		sim.failAt = func(op, path string) error {
+			if op == "write" && strings.HasSuffix(path, "/namespaces/1/"+attr) {
+				if k := n.Add(1); times < 0 || k <= int32(times) {
+					return syscall.ENOENT
+				}
+			}
+			return nil
+		}
+		return &n
+	}
+
+	t.Run("opens at the fourth try", func(t *testing.T) {
+		sim, fs := newKernelSim(t)
+		e := fullExport(t, 1)
+		n := failing(sim, "enable", 3)
+		mustApply(t, fs, e)
+		if got := n.Load(); got != 4 {
+			t.Errorf("enable written %d times, want 4", got)
+		}
+		checkReadBack(t, fs, e)
+	})
+
+	t.Run("never opens", func(t *testing.T) {
+		sim, fs := newKernelSim(t)
+		e := fullExport(t, 1)
+		n := failing(sim, "enable", -1)
+		began := time.Now()
+		if err := fs.Apply(context.Background(), e); !errorsIsErrno(err, syscall.ENOENT) {
+			t.Fatalf("Apply of a device that never opens = %v, want ENOENT", err)
+		}
+		if took := time.Since(began); took < enableRetryFor {
+			t.Errorf("gave up after %v, before enableRetryFor (%v)", took, enableRetryFor)
+		}
+		if got := n.Load(); got < 3 || got > 20 {
+			t.Errorf("enable written %d times in %v, want a few", got, enableRetryFor)
+		}
+		sim.failAt = nil
+		mustApply(t, fs, e)
+		checkReadBack(t, fs, e)
+	})
+
+	t.Run("context ends", func(t *testing.T) {
+		sim, fs := newKernelSim(t)
+		failing(sim, "enable", -1)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		began := time.Now()
+		if err := fs.Apply(ctx, fullExport(t, 1)); !errorsIsErrno(err, syscall.ENOENT) {
+			t.Fatalf("Apply whose context ends while it waits = %v, want the enable's ENOENT", err)
+		}
+		if took := time.Since(began); took >= enableRetryFor {
+			t.Errorf("went on %v after its context ended", took)
+		}
+	})
+
+	t.Run("another write", func(t *testing.T) {
+		sim, fs := newKernelSim(t)
+		n := failing(sim, "device_path", -1)
+		if err := fs.Apply(context.Background(), fullExport(t, 1)); !errorsIsErrno(err, syscall.ENOENT) {
+			t.Fatalf("Apply whose device_path write fails = %v, want ENOENT", err)
+		}
+		if got := n.Load(); got != 1 {
+			t.Errorf("device_path written %d times, want once", got)
+		}
+	})
 }
 
 func errorsIsErrno(err error, errno syscall.Errno) bool {

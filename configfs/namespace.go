@@ -1,9 +1,16 @@
 package configfs
 
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+)
+
 // applyNamespaces makes the subsystem's namespaces equal to want (sorted by
 // NSID): new ones are created, changed ones rewritten, others removed.
 // names gives the directory of each current namespace.
-func (f *FS) applyNamespaces(nqn string, want, cur []Namespace, names dirNames) error {
+func (f *FS) applyNamespaces(ctx context.Context, nqn string, want, cur []Namespace, names dirNames) error {
 	// A directory repeating an NSID goes first: it may hold the NSID
 	// enabled, and the kernel refuses to enable a second namespace with
 	// the same NSID.
@@ -17,7 +24,7 @@ func (f *FS) applyNamespaces(nqn string, want, cur []Namespace, names dirNames) 
 		have[cur[i].NSID] = &cur[i]
 	}
 	for _, ns := range want {
-		if err := f.applyNamespace(nqn, names.nsDir(ns.NSID), ns, have[ns.NSID]); err != nil {
+		if err := f.applyNamespace(ctx, nqn, names.nsDir(ns.NSID), ns, have[ns.NSID]); err != nil {
 			return err
 		}
 		delete(have, ns.NSID)
@@ -43,7 +50,7 @@ func (f *FS) applyNamespaces(nqn string, want, cur []Namespace, names dirNames) 
 // any of them on an enabled namespace disables it for the duration of the
 // writes. ana_grpid can change while enabled. Nothing is written when
 // nothing differs, so an identical Apply leaves I/O undisturbed.
-func (f *FS) applyNamespace(nqn, name string, want Namespace, cur *Namespace) error {
+func (f *FS) applyNamespace(ctx context.Context, nqn, name string, want Namespace, cur *Namespace) error {
 	dir := f.namespaceDir(nqn, name)
 	if cur == nil {
 		err := f.sys.mkdir(dir)
@@ -107,11 +114,39 @@ func (f *FS) applyNamespace(nqn, name string, want Namespace, cur *Namespace) er
 		// Enabling opens device_path (a block device, else a regular
 		// file); a missing or busy device fails here, leaving the
 		// namespace configured but disabled for the next Apply.
-		if err := f.sys.writeAttr(dir+"/enable", formatBool(want.Enabled)); err != nil {
-			return err
+		if !want.Enabled {
+			return f.sys.writeAttr(dir+"/enable", "0")
 		}
+		return f.enable(ctx, dir)
 	}
 	return nil
+}
+
+// enableRetryFor bounds how long enable tries a namespace's enable again
+// while it fails with ENOENT.
+const enableRetryFor = 2 * time.Second
+
+// enable enables the namespace in dir. A new zvol's device node can be
+// there a moment before the kernel lets nvmet open it (seen under bursts
+// of zfs create: the device was just found, and the enable failed with
+// ENOENT), so an ENOENT is tried again, after pauses from 10 ms doubling
+// to 200 ms, for at most enableRetryFor and no longer than ctx lasts; the
+// last error is returned. ERESTARTSYS is tried again one level down
+// (retry), for every write.
+func (f *FS) enable(ctx context.Context, dir string) error {
+	err := f.sys.writeAttr(dir+"/enable", "1")
+	for wait, waited := 10*time.Millisecond, time.Duration(0); errors.Is(err, syscall.ENOENT) && waited < enableRetryFor; wait = min(2*wait, 200*time.Millisecond) {
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		waited += wait
+		err = f.sys.writeAttr(dir+"/enable", "1")
+	}
+	return err
 }
 
 // readNamespaceForApply reads the attributes applyNamespace compares for

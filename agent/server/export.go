@@ -97,21 +97,6 @@ func serialOf(ident export.Identity) string {
 // converge (Apply continues from any state).
 func (s *Server) apply(ctx context.Context, log *slog.Logger, e configfs.Export, existed bool) error {
 	err := s.nvmet.Apply(ctx, e)
-	// A new zvol's node can be there a moment before the kernel lets
-	// nvmet open it: the namespace's enable then fails with ENOENT,
-	// although the device was just found. Apply continues from where it
-	// stopped, so it is tried again, a few times over at most
-	// enableRetryFor.
-	for wait, waited := 10*time.Millisecond, time.Duration(0); enableNotFound(err) && waited < enableRetryFor && ctx.Err() == nil; wait = min(2*wait, 200*time.Millisecond) {
-		select {
-		case <-ctx.Done():
-			continue // the rollback below still runs
-		case <-time.After(wait):
-		}
-		waited += wait
-		log.Info("namespace device not openable yet; trying again", "nqn", e.NQN, "error", err)
-		err = s.nvmet.Apply(ctx, e)
-	}
 	if err == nil {
 		s.noteExport(e.NQN, true)
 		s.noteApplied(e)
@@ -128,17 +113,6 @@ func (s *Server) apply(ctx context.Context, log *slog.Logger, e configfs.Export,
 		}
 	}
 	return err
-}
-
-// enableRetryFor bounds the time apply tries a namespace's enable again
-// while it fails with ENOENT.
-const enableRetryFor = 2 * time.Second
-
-// enableNotFound reports whether err is the ENOENT of a namespace's enable
-// write: its device could not be opened.
-func enableNotFound(err error) bool {
-	var ce *configfs.Error
-	return errors.As(err, &ce) && strings.HasSuffix(ce.Path, "/enable") && errors.Is(err, syscall.ENOENT)
 }
 
 // ExportVolume makes the volume reachable over NVMe-oF/TCP.

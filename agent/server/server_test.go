@@ -12,8 +12,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -392,78 +390,6 @@ func TestExportRollback(t *testing.T) {
 	h.nv.failApply = nil
 	if r, err := h.export(id, tok(uid1, 1), true); err != nil || !r.GetExport().GetNvmeofTcp().GetAclEnabled() {
 		t.Errorf("retry after a failed change = %v, %v", r, err)
-	}
-}
-
-// TestExportWaitsForTheDevice: a namespace's enable that fails with ENOENT
-// (a new zvol's node there before the kernel lets nvmet open it) is tried
-// again, and the export succeeds once the device opens; an ENOENT of any
-// other write is not waited for.
-func TestExportWaitsForTheDevice(t *testing.T) {
-	h := newHarness(t)
-	const id = "pvc-late"
-	if _, err := h.create(id, tok(uid1, 1), 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	enable := &configfs.Error{Op: "write", Path: "/sys/kernel/config/nvmet/subsystems/x/namespaces/1/enable", Err: syscall.ENOENT}
-	var failed atomic.Int32
-	h.nv.failApply = func(configfs.Export) error {
-		if failed.Add(1) <= 3 {
-			return enable
-		}
-		return nil
-	}
-	if _, err := h.export(id, tok(uid1, 1), false); err != nil {
-		t.Fatalf("export whose device opens at the fourth try: %v", err)
-	}
-	if n := failed.Load(); n != 4 {
-		t.Errorf("Apply ran %d times, want 4", n)
-	}
-	if st, _ := h.nv.Read(context.Background()); len(st.Subsystems) != 1 {
-		t.Errorf("exports after the retried enable: %+v, want one", st.Subsystems)
-	}
-
-	const other = "pvc-gone"
-	if _, err := h.create(other, tok(uid1, 1), 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	failed.Store(0)
-	h.nv.failApply = func(configfs.Export) error {
-		failed.Add(1)
-		return &configfs.Error{Op: "write", Path: "/sys/kernel/config/nvmet/subsystems/x/attr_model", Err: syscall.ENOENT}
-	}
-	if _, err := h.export(other, tok(uid1, 1), false); err == nil {
-		t.Fatal("an export whose subsystem went away succeeded")
-	}
-	if n := failed.Load(); n != 1 {
-		t.Errorf("Apply ran %d times for an ENOENT that is not the enable's, want once", n)
-	}
-
-	// A device that never opens: given up after enableRetryFor, and the
-	// new export rolled back.
-	const never = "pvc-never"
-	if _, err := h.create(never, tok(uid1, 1), 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	failed.Store(0)
-	h.nv.failApply = func(configfs.Export) error { failed.Add(1); return enable }
-	began := time.Now()
-	_, err := h.export(never, tok(uid1, 1), false)
-	if err == nil || !strings.Contains(err.Error(), "enable") {
-		t.Fatalf("an export whose device never opens: %v, want the enable's error", err)
-	}
-	if took := time.Since(began); took < enableRetryFor {
-		t.Errorf("gave up after %v, before enableRetryFor (%v)", took, enableRetryFor)
-	}
-	if n := failed.Load(); n < 3 {
-		t.Errorf("Apply ran %d times for a device that never opens, want a few", n)
-	}
-	h.nv.failApply = nil
-	st, _ := h.nv.Read(context.Background())
-	for _, sub := range st.Subsystems {
-		if strings.HasSuffix(sub.NQN, never) {
-			t.Errorf("the failed export of %s was left behind: %+v", never, sub)
-		}
 	}
 }
 
