@@ -192,13 +192,7 @@ func (st *store) rawCreateExport(ctx context.Context, fs *configfs.FS, zvols *fi
 	e := configfs.Export{NQN: ident.SubsystemNQN, Attrs: configfs.SubsystemAttrs{AllowAnyHost: true},
 		Namespaces: []configfs.Namespace{{NSID: 1, DevicePath: dev, DeviceUUID: ident.UUID, DeviceNGUID: ident.NGUID, Enabled: true}},
 		Ports:      []configfs.Address{addr}}
-	// A zvol's node can show before the kernel lets nvmet open it: the
-	// namespace's enable then fails with ENOENT for a moment.
-	for attempt := 1; ; attempt++ {
-		err := fs.Apply(ctx, e)
-		if err == nil || !configfs.IsNotExist(err) || attempt == 20 {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	// A zvol's node can show before the kernel lets nvmet open it: Apply
+	// tries the namespace's enable again while it fails with ENOENT.
+	return fs.Apply(ctx, e)
 }
