@@ -240,7 +240,8 @@ func (r perfResult) String() string {
 	return s + fmt.Sprintf(" %d Warning events", r.warnings)
 }
 
-// warningEvents is the number of Warning events in ns, repeats counted.
+// warningEvents is the number of Warning events in ns, repeats counted;
+// when there are any, it logs them by reason and message.
 func warningEvents(t *testing.T, c *cluster.Cluster, ns string) int {
 	t.Helper()
 	n := 0
@@ -250,6 +251,9 @@ func warningEvents(t *testing.T, c *cluster.Cluster, ns string) int {
 		if err != nil {
 			t.Logf("event count %q: %v", f, err)
 		}
+	}
+	if n > 0 {
+		logEventSummary(t, c, ns, "--field-selector", "type=Warning")
 	}
 	return n
 }
@@ -343,17 +347,21 @@ func claimBurst(t *testing.T, c *cluster.Cluster, ns string, n int, classes ...s
 
 // objectNames matches what makes one object's event message differ from
 // another's: volume IDs, UUIDs and host NQNs, kubelet's pod names and the
-// test's claim and pod names.
-var objectNames = regexp.MustCompile(`pvc-[0-9a-f-]{36}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"[a-z0-9-]+_[a-z0-9-]+\([^)]*\)"|(pod-data|data|hostpath)-[0-9]+`)
+// test's claim and pod names (those of the bursts and of each driver's
+// claims one after another).
+var objectNames = regexp.MustCompile(`pvc-[0-9a-f-]{36}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|"[a-z0-9-]+_[a-z0-9-]+\([^)]*\)"|(pod-)?(data|hostpath|pillar-csi|floor|local-path)-[0-9]+`)
 
 // logEventSummary logs how many events of each reason the objects of ns
 // got, with each distinct message (object names left out, cut at 400
 // characters): where the time of a slow run went, in the words of the sidecars
 // and the driver.
-func logEventSummary(t *testing.T, c *cluster.Cluster, ns string) {
+//
+// filter is more of kubectl get's arguments, such as a field selector.
+func logEventSummary(t *testing.T, c *cluster.Cluster, ns string, filter ...string) {
 	t.Helper()
-	out, err := c.Kubectl(context.Background(), nil, "get", "events", "-n", ns, "-o",
-		`jsonpath={range .items[*]}{.reason}{"\t"}{.count}{"\t"}{.message}{"\n"}{end}`)
+	args := append([]string{"get", "events", "-n", ns, "-o",
+		`jsonpath={range .items[*]}{.reason}{"\t"}{.count}{"\t"}{.message}{"\n"}{end}`}, filter...)
+	out, err := c.Kubectl(context.Background(), nil, args...)
 	if err != nil {
 		t.Logf("events of %s: %v", ns, err)
 		return
