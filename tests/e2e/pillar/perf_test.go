@@ -266,6 +266,40 @@ func logWhereTimeWent(t *testing.T, c *cluster.Cluster, ns string, since time.Ti
 	logEventSummary(t, c, ns)
 	logControllerMetrics(t, c)
 	logAgentErrors(t, c, since)
+	logRestarts(t, c)
+}
+
+// logRestarts logs each container of pillar-csi's pods that has
+// restarted, why its last run ended and the end of that run's log: a
+// burst whose calls fail with "connection reset by peer" or "use of
+// closed network connection" lost a controller or agent on the way.
+func logRestarts(t *testing.T, c *cluster.Cluster) {
+	t.Helper()
+	out, err := c.Kubectl(context.Background(), nil, "get", "pods", "-n", deploy.Namespace, "-o",
+		`jsonpath={range .items[*]}{.metadata.name}{"\t"}{range .status.containerStatuses[*]}{.name}={.restartCount}={.lastState.terminated.reason}={.lastState.terminated.exitCode}{" "}{end}{"\n"}{end}`)
+	if err != nil {
+		t.Logf("restarts in %s: %v", deploy.Namespace, err)
+		return
+	}
+	restarted := 0
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pod, containers, _ := strings.Cut(l, "\t")
+		for _, f := range strings.Fields(containers) {
+			parts := strings.Split(f, "=")
+			if len(parts) != 4 || parts[1] == "0" {
+				continue
+			}
+			restarted++
+			prev, err := c.Kubectl(context.Background(), nil, "logs", "-n", deploy.Namespace, pod, "-c", parts[0], "--previous", "--tail=20")
+			if err != nil {
+				prev = []byte(err.Error())
+			}
+			t.Logf("%s/%s restarted %s times, its last run ended %s (exit code %s); its last lines:\n%s", pod, parts[0], parts[1], parts[2], parts[3], prev)
+		}
+	}
+	if restarted == 0 {
+		t.Logf("no container of %s restarted", deploy.Namespace)
+	}
 }
 
 // hostPathDir is a directory on the node for the baseline pods.
