@@ -260,12 +260,14 @@ func warningEvents(t *testing.T, c *cluster.Cluster, ns string) int {
 
 // logWhereTimeWent logs, after a burst of pillar-csi's claims in ns
 // that began at since, the namespace's events, pillar-controller's CSI
-// metrics and the agent's errors.
+// metrics, the agent's and the controller's errors and warnings, and the
+// restarts of pillar-csi's containers.
 func logWhereTimeWent(t *testing.T, c *cluster.Cluster, ns string, since time.Time) {
 	t.Helper()
 	logEventSummary(t, c, ns)
 	logControllerMetrics(t, c)
-	logAgentErrors(t, c, since)
+	logErrors(t, c, "agent", "pillar-agent", since)
+	logErrors(t, c, "controller", "pillar-controller", since)
 	logRestarts(t, c)
 }
 
@@ -458,29 +460,32 @@ func logControllerMetrics(t *testing.T, c *cluster.Cluster) {
 	}
 }
 
-// logAgentErrors logs the first errors pillar-agent logged since since:
-// the agent's own words for a failure that reaches the claims' events
-// only as one line of a CSI error.
-func logAgentErrors(t *testing.T, c *cluster.Cluster, since time.Time) {
+// logErrors logs the first errors and warnings that component
+// (pillar-csi's app.kubernetes.io/component: agent, controller) logged in
+// its container since since: its own words for a failure that reaches
+// the claims' events only as one line of a CSI error.
+func logErrors(t *testing.T, c *cluster.Cluster, component, container string, since time.Time) {
 	t.Helper()
 	const most = 30
-	out, err := c.Kubectl(context.Background(), nil, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent",
-		"--tail=-1", "--since-time="+since.UTC().Format(time.RFC3339))
+	out, err := c.Kubectl(context.Background(), nil, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component="+component,
+		"-c", container, "--prefix", "--tail=-1", "--since-time="+since.UTC().Format(time.RFC3339))
 	if err != nil {
-		t.Logf("logs of pillar-agent: %v", err)
+		t.Logf("logs of %s: %v", container, err)
 		return
 	}
 	var errs []string
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, `"level":"ERROR"`) || strings.Contains(l, "level=ERROR") {
-			errs = append(errs, l)
+		for _, level := range []string{"ERROR", "WARN"} {
+			if strings.Contains(l, `"level":"`+level+`"`) || strings.Contains(l, "level="+level) {
+				errs = append(errs, l)
+			}
 		}
 	}
 	n := len(errs)
 	if n > most {
 		errs = append(errs[:most], fmt.Sprintf("… and %d more", n-most))
 	}
-	t.Logf("pillar-agent logged %d errors since %s:\n%s", n, since.UTC().Format(time.TimeOnly), strings.Join(errs, "\n"))
+	t.Logf("%s logged %d errors and warnings since %s:\n%s", container, n, since.UTC().Format(time.TimeOnly), strings.Join(errs, "\n"))
 }
 
 // deleteAll deletes the test's pods and claims, returns how long until
