@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends"
 )
@@ -60,12 +61,32 @@ func acquire(ctx context.Context, slots chan struct{}, op string) (func(), error
 }
 
 func (l *limited) Create(ctx context.Context, id string, size int64) (*backends.Volume, error) {
+	began := time.Now()
 	release, err := l.change(ctx, "create")
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	return l.b.Create(ctx, id, size)
+	ran := time.Now()
+	v, err := l.b.Create(ctx, id, size)
+	if t, ok := ctx.Value(createTimesKey{}).(*createTimes); ok {
+		t.slotWait, t.create = ran.Sub(began), time.Since(ran)
+	}
+	return v, err
+}
+
+// createTimes is where a CreateVolume's time went, for its log line: how
+// long its backend create waited for one of the store's change slots,
+// and how long the backend's create then took. Under a burst the first
+// says how many creates were ahead, the second how fast the pool makes
+// volumes.
+type createTimes struct{ slotWait, create time.Duration }
+
+type createTimesKey struct{}
+
+// withCreateTimes returns ctx carrying t, which limited.Create fills in.
+func withCreateTimes(ctx context.Context, t *createTimes) context.Context {
+	return context.WithValue(ctx, createTimesKey{}, t)
 }
 
 func (l *limited) Delete(ctx context.Context, id string) error {

@@ -106,3 +106,48 @@ func TestStoreSharedGetsTakeNoSlot(t *testing.T) {
 		})
 	}
 }
+
+// TestCreateLogsWhereTimeWent: a CreateVolume's "volume created" record
+// says how long its backend create waited for a change slot and how long
+// the create itself took: with one slot, a create held for a while shows
+// it as create time, and the create queued behind it as slot wait.
+func TestCreateLogsWhereTimeWent(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.StoreConcurrency = 1 })
+	unblock, first := h.blockedCreate("pvc-first")
+	second := make(chan error, 1)
+	go func() { _, err := h.create("pvc-second", tok(uid1, 1), 1<<20); second <- err }()
+	const held = 200 * time.Millisecond
+	time.Sleep(held)
+	unblock()
+	for _, done := range []<-chan error{first, second} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[string]map[string]any{}
+	for _, r := range h.logs.records(t) {
+		if r["msg"] == "volume created" {
+			got[r["volume_id"].(string)] = r
+		}
+	}
+	seconds := func(id, key string) float64 {
+		t.Helper()
+		v, ok := got[id][key].(float64)
+		if !ok {
+			t.Fatalf("%s: the volume created record has no %s: %v", id, key, got[id])
+		}
+		return v
+	}
+	if c := seconds("pvc-first", "create_seconds"); c < held.Seconds() {
+		t.Errorf("the held create took %.3f s by its record, less than the %v it was held", c, held)
+	}
+	if w := seconds("pvc-first", "slot_wait_seconds"); w >= held.Seconds()/2 {
+		t.Errorf("the first create waited %.3f s for a free slot", w)
+	}
+	if w := seconds("pvc-second", "slot_wait_seconds"); w < held.Seconds()/2 {
+		t.Errorf("the create queued behind the held one waited %.3f s for its slot by its record, want about %v", w, held)
+	}
+	if c := seconds("pvc-second", "create_seconds"); c < 0 || c >= held.Seconds() {
+		t.Errorf("the queued create took %.3f s by its record", c)
+	}
+}

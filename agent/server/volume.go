@@ -40,6 +40,8 @@ func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequ
 	}
 	log := s.log.With("volume_id", id, "store", spec.String())
 	size := req.GetCapacityBytes()
+	var times createTimes
+	ctx = withCreateTimes(ctx, &times)
 	fences := []fence{{key: id, kind: fencing.KindMutate, token: req.GetFencingToken(), exists: s.exists(b, id)}}
 	var create func(context.Context) (*backends.Volume, error)
 	if cs := req.GetContentSource(); cs != nil {
@@ -89,7 +91,8 @@ func (s *Server) CreateVolume(ctx context.Context, req *agentv1.CreateVolumeRequ
 		return nil, err
 	}
 	s.noteVolume(id, true)
-	log.Info("volume created", "bytes", vol.SizeBytes, "name", vol.Name, "device", vol.DevicePath)
+	log.Info("volume created", "bytes", vol.SizeBytes, "name", vol.Name, "device", vol.DevicePath,
+		"slot_wait_seconds", times.slotWait.Seconds(), "create_seconds", times.create.Seconds())
 	return &agentv1.CreateVolumeResponse{Volume: volumeProto(id, vol)}, nil
 }
 

@@ -5,6 +5,7 @@ package pillar_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"maps"
@@ -268,7 +269,52 @@ func logWhereTimeWent(t *testing.T, c *cluster.Cluster, ns string, since time.Ti
 	logControllerMetrics(t, c)
 	logErrors(t, c, "agent", "pillar-agent", since)
 	logErrors(t, c, "controller", "pillar-controller", since)
+	logCreateTimes(t, c, since)
 	logRestarts(t, c)
+}
+
+// logCreateTimes logs, from pillar-agent's "volume created" records since
+// since, how long the creates waited for a change slot of their store and
+// how long the backend's creates took: average, p50 and the longest.
+func logCreateTimes(t *testing.T, c *cluster.Cluster, since time.Time) {
+	t.Helper()
+	out, err := c.Kubectl(context.Background(), nil, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent",
+		"-c", "pillar-agent", "--tail=-1", "--since-time="+since.UTC().Format(time.RFC3339))
+	if err != nil {
+		t.Logf("logs of pillar-agent: %v", err)
+		return
+	}
+	var wait, create []time.Duration
+	for _, l := range strings.Split(string(out), "\n") {
+		var r struct {
+			Msg      string  `json:"msg"`
+			SlotWait float64 `json:"slot_wait_seconds"`
+			Create   float64 `json:"create_seconds"`
+		}
+		if json.Unmarshal([]byte(l), &r) != nil || r.Msg != "volume created" {
+			continue
+		}
+		wait = append(wait, time.Duration(r.SlotWait*float64(time.Second)))
+		create = append(create, time.Duration(r.Create*float64(time.Second)))
+	}
+	if len(create) == 0 {
+		t.Logf("pillar-agent logged no volume created since %s", since.UTC().Format(time.TimeOnly))
+		return
+	}
+	mean := func(ds []time.Duration) time.Duration {
+		var sum time.Duration
+		for _, d := range ds {
+			sum += d
+		}
+		return sum / time.Duration(len(ds))
+	}
+	for _, f := range []struct {
+		what string
+		ds   []time.Duration
+	}{{"waited for a change slot", wait}, {"backend create took", create}} {
+		t.Logf("pillar-agent, %d volumes created: %s %.1fs on average (p50 %.1fs, longest %.1fs)",
+			len(f.ds), f.what, mean(f.ds).Seconds(), percentile(f.ds, 50).Seconds(), slices.Max(f.ds).Seconds())
+	}
 }
 
 // logRestarts logs each container of pillar-csi's pods that has
