@@ -267,31 +267,28 @@ func logWhereTimeWent(t *testing.T, c *cluster.Cluster, ns string, since time.Ti
 	t.Helper()
 	logEventSummary(t, c, ns)
 	logControllerMetrics(t, c)
-	logErrors(t, c, "agent", "pillar-agent", since)
-	logErrors(t, c, "controller", "pillar-controller", since)
-	logCreateTimes(t, c, since)
+	agent := componentLogs(t, c, "agent", "pillar-agent", since)
+	logErrors(t, "pillar-agent", agent, since)
+	logErrors(t, "pillar-controller", componentLogs(t, c, "controller", "pillar-controller", since), since)
+	logCreateTimes(t, agent, since)
 	logRestarts(t, c)
 }
 
 // logCreateTimes logs, from pillar-agent's "volume created" records since
 // since, how long the creates waited for a change slot of their store and
 // how long the backend's creates took: average, p50 and the longest.
-func logCreateTimes(t *testing.T, c *cluster.Cluster, since time.Time) {
+// logs is componentLogs' text of pillar-agent.
+func logCreateTimes(t *testing.T, logs string, since time.Time) {
 	t.Helper()
-	out, err := c.Kubectl(context.Background(), nil, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component=agent",
-		"-c", "pillar-agent", "--tail=-1", "--since-time="+since.UTC().Format(time.RFC3339))
-	if err != nil {
-		t.Logf("logs of pillar-agent: %v", err)
-		return
-	}
 	var wait, create []time.Duration
-	for _, l := range strings.Split(string(out), "\n") {
+	for _, l := range strings.Split(logs, "\n") {
 		var r struct {
 			Msg      string  `json:"msg"`
 			SlotWait float64 `json:"slot_wait_seconds"`
 			Create   float64 `json:"create_seconds"`
 		}
-		if json.Unmarshal([]byte(l), &r) != nil || r.Msg != "volume created" {
+		i := strings.IndexByte(l, '{') // after kubectl's [pod/…] prefix
+		if i < 0 || json.Unmarshal([]byte(l[i:]), &r) != nil || r.Msg != "volume created" {
 			continue
 		}
 		wait = append(wait, time.Duration(r.SlotWait*float64(time.Second)))
@@ -506,21 +503,29 @@ func logControllerMetrics(t *testing.T, c *cluster.Cluster) {
 	}
 }
 
-// logErrors logs the first errors and warnings that component
-// (pillar-csi's app.kubernetes.io/component: agent, controller) logged in
-// its container since since: its own words for a failure that reaches
-// the claims' events only as one line of a CSI error.
-func logErrors(t *testing.T, c *cluster.Cluster, component, container string, since time.Time) {
+// componentLogs is what component (pillar-csi's
+// app.kubernetes.io/component: agent, controller) logged in its container
+// since since, each line prefixed with its pod and container; "" when
+// kubectl fails, which it logs.
+func componentLogs(t *testing.T, c *cluster.Cluster, component, container string, since time.Time) string {
 	t.Helper()
-	const most = 30
 	out, err := c.Kubectl(context.Background(), nil, "logs", "-n", deploy.Namespace, "-l", "app.kubernetes.io/component="+component,
 		"-c", container, "--prefix", "--tail=-1", "--since-time="+since.UTC().Format(time.RFC3339))
 	if err != nil {
 		t.Logf("logs of %s: %v", container, err)
-		return
+		return ""
 	}
+	return string(out)
+}
+
+// logErrors logs the first errors and warnings in logs, what container
+// logged since since (componentLogs): its own words for a failure that
+// reaches the claims' events only as one line of a CSI error.
+func logErrors(t *testing.T, container, logs string, since time.Time) {
+	t.Helper()
+	const most = 30
 	var errs []string
-	for _, l := range strings.Split(string(out), "\n") {
+	for _, l := range strings.Split(logs, "\n") {
 		for _, level := range []string{"ERROR", "WARN"} {
 			if strings.Contains(l, `"level":"`+level+`"`) || strings.Contains(l, "level="+level) {
 				errs = append(errs, l)

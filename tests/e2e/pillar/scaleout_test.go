@@ -197,7 +197,7 @@ func scaleOutBurst(t *testing.T, c *cluster.Cluster, what string, n int, classes
 	r := perfResult{part: fmt.Sprintf("%d claims at once", n), driver: "pillar-csi on " + what, n: n, bound: bound, warnings: warningEvents(t, c, ns)}
 	record(t, fmt.Sprintf("scale out: %d claims on %s, all Bound", n, what), slices.Max(bound))
 	logEventSummary(t, c, ns)
-	logErrors(t, c, "agent", "pillar-agent", t0)
+	logErrors(t, "pillar-agent", componentLogs(t, c, "agent", "pillar-agent", t0), t0)
 	local := 0
 	for i := range n {
 		if classes[i%len(classes)] == scaleOutClass {
