@@ -296,6 +296,9 @@ func TestGetsAtOnceShareAReport(t *testing.T) {
 type fakeThinVG struct {
 	poolSize int64
 	first    chan struct{}
+	// made, when not nil, holds every lvcreate until it is closed; its
+	// LV is in no listing before.
+	made chan struct{}
 
 	mu       sync.Mutex
 	lvs      []string // names made by lvcreate, with their sizes
@@ -327,6 +330,11 @@ func (f *fakeThinVG) run(_ context.Context, argv []string) ([]byte, error) {
 		name, size := argv[slices.Index(argv, "--name")+1], argv[slices.Index(argv, "--virtualsize")+1]
 		f.mu.Lock()
 		f.creates++
+		f.mu.Unlock()
+		if f.made != nil {
+			<-f.made
+		}
+		f.mu.Lock()
 		f.lvs = append(f.lvs, name)
 		f.sizes[name] = strings.TrimSuffix(size, "b")
 		f.mu.Unlock()
@@ -354,7 +362,7 @@ func TestThinCreatesShareAListing(t *testing.T) {
 		{"more than fit", 10, 8, 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			f := &fakeThinVG{poolSize: 64 * mib, first: make(chan struct{}), sizes: map[string]string{}}
+			f := &fakeThinVG{poolSize: 64 * mib, first: make(chan struct{}), made: make(chan struct{}), sizes: map[string]string{}}
 			b, err := lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thinpool", Runner: commandtest.Func(f.run)})
 			if err != nil {
 				t.Fatal(err)
@@ -378,13 +386,21 @@ func TestThinCreatesShareAListing(t *testing.T) {
 			for i := 1; i < c.creates; i++ {
 				go create(i)
 			}
-			// The others ask before the first listing ends: they start
-			// and reach the admission lock well within this.
-			time.Sleep(250 * time.Millisecond)
+			// The others ask before the first listing ends: each has
+			// read which listings had begun once it waits for the lock.
+			for lvm.WaitingAdmissions(b) < c.creates-1 {
+				time.Sleep(time.Millisecond)
+			}
 			close(f.first)
-			admitted, refused := 0, 0
-			for range c.creates {
-				switch err := <-errc; {
+			// Every lvcreate is held until each create is either in one
+			// or has returned: a listing made meanwhile shows none of
+			// the new LVs, so no admitted create counts twice (once in
+			// the listing, once reserved), which would refuse one more
+			// than the pool's size does.
+			admitted, refused, returned := 0, 0, 0
+			count := func(err error) {
+				returned++
+				switch {
 				case err == nil:
 					admitted++
 				case errors.Is(err, backends.ErrNoSpace):
@@ -392,6 +408,26 @@ func TestThinCreatesShareAListing(t *testing.T) {
 				default:
 					t.Errorf("Create: %v", err)
 				}
+			}
+			for deadline := time.Now().Add(time.Minute); ; {
+				f.mu.Lock()
+				held := f.creates
+				f.mu.Unlock()
+				if held+returned == c.creates {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("after a minute %d creates in lvcreate and %d returned, of %d", held, returned, c.creates)
+				}
+				select {
+				case err := <-errc:
+					count(err)
+				case <-time.After(time.Millisecond):
+				}
+			}
+			close(f.made)
+			for returned < c.creates {
+				count(<-errc)
 			}
 			if admitted != c.admitted || f.creates != c.admitted || admitted+refused != c.creates {
 				t.Errorf("%d admitted, %d refused, %d lvcreate; want %d admitted", admitted, refused, f.creates, c.admitted)

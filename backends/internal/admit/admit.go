@@ -14,6 +14,7 @@ package admit
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/pillar-csi/pillar-csi/backends/internal/errs"
 )
@@ -22,6 +23,7 @@ import (
 type Lock struct {
 	mu       sync.Mutex
 	reserved int64
+	waiting  atomic.Int64 // callers of Reserve not yet holding mu
 }
 
 // Reserve calls decide with the lock held and the bytes reserved by
@@ -30,7 +32,9 @@ type Lock struct {
 // error is returned and nothing is reserved. State the backend keeps for
 // its decisions is guarded by the lock within decide and Reservation.End.
 func (l *Lock) Reserve(decide func(reserved int64) (need int64, err error)) (*Reservation, error) {
+	l.waiting.Add(1)
 	l.mu.Lock()
+	l.waiting.Add(-1)
 	defer l.mu.Unlock()
 	need, err := decide(l.reserved)
 	if err != nil {
@@ -38,6 +42,12 @@ func (l *Lock) Reserve(decide func(reserved int64) (need int64, err error)) (*Re
 	}
 	l.reserved += need
 	return &Reservation{l: l, n: need}, nil
+}
+
+// Waiting returns how many callers of Reserve wait for the lock: tests
+// learn from it that a burst's callers all asked.
+func (l *Lock) Waiting() int {
+	return int(l.waiting.Load())
 }
 
 // Reserved returns the bytes reserved now.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/pillar-csi/pillar-csi/backends/command"
 )
@@ -45,4 +46,36 @@ func TestReservationEnds(t *testing.T) {
 	}
 	var none *Reservation
 	none.End(nil, func(int64) { t.Error("a nil reservation used bytes") })
+}
+
+func TestWaitingCountsCallersBehindTheLock(t *testing.T) {
+	var l Lock
+	inside, release := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{}, 3)
+	go func() {
+		_, _ = l.Reserve(func(int64) (int64, error) { close(inside); <-release; return 0, nil })
+		done <- struct{}{}
+	}()
+	<-inside
+	if n := l.Waiting(); n != 0 {
+		t.Fatalf("Waiting() = %d with one caller holding the lock, want 0", n)
+	}
+	for range 2 {
+		go func() {
+			_, _ = l.Reserve(func(int64) (int64, error) { return 0, nil })
+			done <- struct{}{}
+		}()
+	}
+	for deadline := time.Now().Add(time.Minute); l.Waiting() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("Waiting() = %d after a minute, want 2", l.Waiting())
+		}
+	}
+	close(release)
+	for range 3 {
+		<-done
+	}
+	if n := l.Waiting(); n != 0 {
+		t.Errorf("Waiting() = %d after every caller returned, want 0", n)
+	}
 }
