@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -215,5 +216,131 @@ func TestPoolSendsToken(t *testing.T) {
 			t.Errorf("%s: GetAgentInfo = %v, want %v", tc.name, err, tc.want)
 		}
 		p.Close()
+	}
+}
+
+// A storage node that stalls for longer than a keepalive ping's old 5 s
+// (busy under a burst) keeps its connection: a missed answer would close
+// it with every call in flight. The stall starts before the connection's
+// first ping (after 10 s without traffic) and ends 7 s after it.
+func TestPoolRidesOutAStall(t *testing.T) {
+	fa, err := fakeagent.Start(fakeagent.Options{NodeName: "n1", Version: "v1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Stop()
+	px := startStallProxy(t, fa.Addr())
+	notified := make(chan string, 16)
+	p := agentclient.NewPool(agentclient.Options{CallTimeout: time.Minute, Notify: func(n string) { notified <- n }})
+	defer p.Close()
+	c, err := p.Get("a", agentclient.Target{Address: px.addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Agent.GetAgentInfo(context.Background(), &agentv1.GetAgentInfoRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-notified:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no health notification")
+	}
+	px.stall(true)
+	// A call made during the stall waits it out on the same connection.
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Agent.GetAgentInfo(context.Background(), &agentv1.GetAgentInfoRequest{})
+		done <- err
+	}()
+	time.Sleep(17 * time.Second)
+	px.stall(false)
+	if err := <-done; err != nil {
+		t.Errorf("a call in flight across a 17 s stall: %v", err)
+	}
+	select {
+	case <-notified:
+		t.Errorf("health changed across the stall: %+v", c.Health())
+	default:
+	}
+	if n := px.accepted(); n != 1 {
+		t.Errorf("%d connections to the agent, want 1: the stall closed the first", n)
+	}
+}
+
+// stallProxy forwards TCP connections to an agent and, while stalled,
+// holds every byte in both directions, as a storage node too busy to
+// answer does.
+type stallProxy struct {
+	ln net.Listener
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	stalled bool
+	conns   int
+}
+
+func startStallProxy(t *testing.T, target string) *stallProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &stallProxy{ln: ln}
+	p.cond = sync.NewCond(&p.mu)
+	t.Cleanup(func() { _ = ln.Close(); p.stall(false) })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = in.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns++
+			p.mu.Unlock()
+			go p.pipe(in, out)
+			go p.pipe(out, in)
+		}
+	}()
+	return p
+}
+
+func (p *stallProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *stallProxy) stall(on bool) {
+	p.mu.Lock()
+	p.stalled = on
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+func (p *stallProxy) accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conns
+}
+
+func (p *stallProxy) pipe(from, to net.Conn) {
+	defer func() { _ = from.Close(); _ = to.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		p.mu.Lock()
+		for p.stalled {
+			p.cond.Wait()
+		}
+		p.mu.Unlock()
+		if n > 0 {
+			if _, werr := to.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
 	}
 }

@@ -36,9 +36,14 @@ const (
 
 	// keepaliveTime is how long a quiet connection waits before it pings
 	// the agent; with keepaliveTimeout a storage node that lost power is
-	// noticed within about 15 s. pillar-agent accepts pings every 10 s.
+	// noticed within about 30 s. pillar-agent accepts pings every 10 s.
+	// A missed answer closes the connection with every call on it, so
+	// the timeout is what a busy storage node may stall for without
+	// failing a burst's calls in flight: 5 s cut 100 CreateVolume calls
+	// at once on a lab node stalled under a burst; 20 s is pillar-agent's
+	// own timeout for the controller's answers.
 	keepaliveTime    = 10 * time.Second
-	keepaliveTimeout = 5 * time.Second
+	keepaliveTimeout = 20 * time.Second
 
 	// maxReconnectDelay caps gRPC's reconnect backoff and the health
 	// watch's retry: an agent that comes back is seen within this time.
