@@ -392,6 +392,11 @@ func checkController(t *testing.T, r *rendered, n objectNames, img images) {
 	if p := c.StartupProbe; p != nil && p.PeriodSeconds*p.FailureThreshold < 120 {
 		t.Errorf("%s: the startup probe allows %ds for the caches to sync, want at least 120s", c.Name, p.PeriodSeconds*p.FailureThreshold)
 	}
+	// A node starved of CPU by a burst left the probe unanswered for over
+	// two minutes in the lab; a restart then fails every call in flight.
+	if p := c.LivenessProbe; p != nil && p.PeriodSeconds*p.FailureThreshold < 300 {
+		t.Errorf("%s: the liveness probe restarts after %ds without an answer, want at least 300s", c.Name, p.PeriodSeconds*p.FailureThreshold)
+	}
 
 	sidecars := map[string][]string{
 		"csi-provisioner": {"--extra-create-metadata", "--default-fstype=ext4", "--timeout=10m"},

@@ -856,7 +856,13 @@ func (c *Cluster) startProxy() error {
 
 // Kubectl runs kubectl as the admin with a timeout and returns stdout.
 func (c *Cluster) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
-	return run(ctx, 3*time.Minute, stdin, c.bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	return c.KubectlWithin(ctx, 3*time.Minute, stdin, args...)
+}
+
+// KubectlWithin is Kubectl bounded by timeout instead of 3 minutes, for a
+// command that takes longer on a busy guest (an apply of a whole burst).
+func (c *Cluster) KubectlWithin(ctx context.Context, timeout time.Duration, stdin []byte, args ...string) ([]byte, error) {
+	return run(ctx, timeout, stdin, c.bin("kubectl"), append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
 }
 
 // Helm runs helm against the cluster with a timeout and returns stdout.

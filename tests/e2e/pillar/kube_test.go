@@ -38,7 +38,18 @@ func logKubectl(t *testing.T, c *cluster.Cluster, args ...string) {
 
 func apply(t *testing.T, c *cluster.Cluster, manifest string) {
 	t.Helper()
-	if out, err := c.Kubectl(context.Background(), []byte(manifest), "apply", "-f", "-"); err != nil {
+	applyWithin(t, c, 3*time.Minute, manifest)
+}
+
+// burstApplyTimeout bounds the apply of a whole burst: in the lab's busy
+// guest 50 pods or 100 claims in one apply took longer than 3 minutes
+// (each object is one request to an API server short of CPU).
+const burstApplyTimeout = 15 * time.Minute
+
+// applyWithin is apply bounded by timeout.
+func applyWithin(t *testing.T, c *cluster.Cluster, timeout time.Duration, manifest string) {
+	t.Helper()
+	if out, err := c.KubectlWithin(context.Background(), timeout, []byte(manifest), "apply", "-f", "-"); err != nil {
 		t.Fatalf("kubectl apply: %v\n%s\n%s", err, out, manifest)
 	}
 }

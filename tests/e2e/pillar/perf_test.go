@@ -196,7 +196,7 @@ func TestPerformance(t *testing.T) {
 				fmt.Fprintf(&base, "---\n%s", pod(ns, fmt.Sprintf("hostpath-%03d", i), perfPodScript, fmt.Sprintf("hostPath: {path: %s, type: Directory}", dir), false))
 			}
 			t0 := time.Now()
-			apply(t, c, base.String())
+			applyWithin(t, c, burstApplyTimeout, base.String())
 			baseline := waitAll(t, c, ns, n, t0, 20*time.Minute, phaseWait{"pods", "hostpath-", "Running"})[0]
 			deletePods(t, c, ns)
 			keep(perfResult{part: fmt.Sprintf("%d claims and pods at once", n), driver: "hostPath pod", n: n, running: baseline})
@@ -210,7 +210,7 @@ func TestPerformance(t *testing.T) {
 							pod(ns, "pod-"+name, perfPodScript, fmt.Sprintf("persistentVolumeClaim: {claimName: %s}", name), false))
 					}
 					t1 := time.Now()
-					apply(t, c, all.String())
+					applyWithin(t, c, burstApplyTimeout, all.String())
 					// One poll watches both, so that a pod Running before the
 					// last claim is Bound is timed when it is.
 					got := waitAll(t, c, ns, n, t1, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"}, phaseWait{"pods", "pod-data-", "Running"})
@@ -420,7 +420,7 @@ func claimBurst(t *testing.T, c *cluster.Cluster, ns string, n int, classes ...s
 		fmt.Fprintf(&all, "---\n%s", claim(ns, fmt.Sprintf("data-%03d", i), classes[i%len(classes)], "Filesystem", "ReadWriteOnce", perfBurstSize))
 	}
 	t0 := time.Now()
-	apply(t, c, all.String())
+	applyWithin(t, c, burstApplyTimeout, all.String())
 	return waitAll(t, c, ns, n, t0, 30*time.Minute, phaseWait{"pvc", "data-", "Bound"})[0]
 }
 
