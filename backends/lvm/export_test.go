@@ -17,6 +17,6 @@ func SetBlockNode(b *Backend, f func(path string) (major, minor int64, err error
 // WaitingLookups returns how many of b's LV look-ups wait for a report.
 func WaitingLookups(b *Backend) int { return b.lookups.Waiting() }
 
-// WaitingAdmissions returns how many of b's thin creates and expansions
-// wait for the admission lock.
+// WaitingAdmissions returns how many of b's thin creates, expansions,
+// snapshots and clones wait for the admission lock.
 func WaitingAdmissions(b *Backend) int { return b.admit.Waiting() }

@@ -374,23 +374,17 @@ func TestThinCreatesShareAListing(t *testing.T) {
 				errc <- err
 			}
 			go create(0)
-			for {
+			batchtest.Await(t, "the first create's listing", func() bool {
 				f.mu.Lock()
-				n := f.listings
-				f.mu.Unlock()
-				if n == 1 {
-					break
-				}
-				time.Sleep(time.Millisecond)
-			}
+				defer f.mu.Unlock()
+				return f.listings == 1
+			})
 			for i := 1; i < c.creates; i++ {
 				go create(i)
 			}
 			// The others ask before the first listing ends: each has
 			// read which listings had begun once it waits for the lock.
-			for lvm.WaitingAdmissions(b) < c.creates-1 {
-				time.Sleep(time.Millisecond)
-			}
+			batchtest.Await(t, "the other creates at the admission lock", func() bool { return lvm.WaitingAdmissions(b) == c.creates-1 })
 			close(f.first)
 			// Every lvcreate is held until each create is either in one
 			// or has returned: a listing made meanwhile shows none of

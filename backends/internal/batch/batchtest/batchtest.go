@@ -1,5 +1,6 @@
 // Package batchtest checks, in unit tests, a backend whose Gets made at
-// once share their commands (backends.GetSharer).
+// once share their commands (backends.GetSharer), and waits for the
+// goroutines of such a test to get where it needs them (Await).
 package batchtest
 
 import (
@@ -68,7 +69,7 @@ func Shared(t testing.TB, b backends.Backend, h *Held, first string, size int64,
 		_, err := b.Get(ctx, first)
 		done <- err
 	}()
-	await(t, "the first Get's command", func() bool { return len(h.Calls()) == 1 })
+	Await(t, "the first Get's command", func() bool { return len(h.Calls()) == 1 })
 	got := make(map[string]error, len(want))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -83,7 +84,7 @@ func Shared(t testing.TB, b backends.Backend, h *Held, first string, size int64,
 			mu.Unlock()
 		})
 	}
-	await(t, "the other Gets queued", func() bool { return waiting() == len(want) })
+	Await(t, "the other Gets queued", func() bool { return waiting() == len(want) })
 	close(h.release)
 	wg.Wait()
 	if err := <-done; err != nil {
@@ -96,8 +97,9 @@ func Shared(t testing.TB, b backends.Backend, h *Held, first string, size int64,
 	}
 }
 
-// await waits until cond holds, for at most a minute.
-func await(t testing.TB, what string, cond func() bool) {
+// Await waits until cond holds, for at most a minute, and fails t
+// naming what it waited for when it does not.
+func Await(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
