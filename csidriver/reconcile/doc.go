@@ -16,7 +16,8 @@
 // NotServing (its health service says not ready); NvmetMissing (nvmet_tcp
 // or configfs absent on the node); ImmutableFieldChanged. The health watch
 // of the agent's connection wakes the reconciler when the agent goes or
-// comes back, so a loss shows within seconds; otherwise a Ready agent is
+// comes back, so a loss shows within seconds (about 30 s when the node
+// goes silent: the connection's keepalive); otherwise a Ready agent is
 // asked again every AgentRefresh, a failing one with a backoff of 1 s
 // doubling to 5 minutes.
 //

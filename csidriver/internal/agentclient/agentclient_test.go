@@ -224,6 +224,7 @@ func TestPoolSendsToken(t *testing.T) {
 // it with every call in flight. The stall starts before the connection's
 // first ping (after 10 s without traffic) and ends 7 s after it.
 func TestPoolRidesOutAStall(t *testing.T) {
+	t.Parallel()
 	fa, err := fakeagent.Start(fakeagent.Options{NodeName: "n1", Version: "v1"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,8 @@
 // Package agentclient is pillar-controller's side of the agent gRPC API: one
 // connection per PillarAgent, reused by every reconciler and by the CSI
 // Controller service, with a deadline on every call, client keepalives and
-// a gRPC health watch, so a lost agent is noticed within seconds.
+// a gRPC health watch, so a lost agent is noticed within seconds when its
+// process ends and within about 30 s when its node goes silent.
 //
 // A connection is keyed by the agent's name and is replaced (never patched)
 // when its target changes: a new address or new TLS material (a rotated
@@ -39,9 +40,9 @@ const (
 	// noticed within about 30 s. pillar-agent accepts pings every 10 s.
 	// A missed answer closes the connection with every call on it, so
 	// the timeout is what a busy storage node may stall for without
-	// failing a burst's calls in flight: 5 s cut 100 CreateVolume calls
-	// at once on a lab node stalled under a burst; 20 s is pillar-agent's
-	// own timeout for the controller's answers.
+	// failing the calls in flight: 5 s cut a 100-claim burst's calls on a
+	// lab node stalled under it; 20 s is pillar-agent's own timeout for
+	// the controller's answers.
 	keepaliveTime    = 10 * time.Second
 	keepaliveTimeout = 20 * time.Second
 
