@@ -46,20 +46,24 @@ func (s *Server) ExportsRestored() uint64 { return s.restored.Load() }
 // controller-loss timeout reaches it without an I/O error. It returns the
 // number restored; run it every few seconds.
 func (s *Server) RestoreDrift(ctx context.Context) (int, error) {
+	// What the agent had made is taken before nvmet is read: an export
+	// made or changed while Linked runs (a burst's, one every few hundred
+	// milliseconds) may be missing from its answer without having
+	// drifted, and restore leaves alone one that changed since.
+	s.appliedMu.Lock()
+	made := maps.Clone(s.applied)
+	s.appliedMu.Unlock()
 	linked, err := s.nvmet.Linked(ctx)
 	if err != nil {
 		return 0, err
 	}
-	s.appliedMu.Lock()
-	nqns := slices.Sorted(maps.Keys(s.applied))
-	s.appliedMu.Unlock()
 	restored := 0
-	for _, nqn := range nqns {
+	for _, nqn := range slices.Sorted(maps.Keys(made)) {
 		if ctx.Err() != nil {
 			return restored, ctx.Err()
 		}
-		e, ok := s.appliedExport(nqn)
-		if !ok || !drifted(e, linked) {
+		e := made[nqn]
+		if !drifted(e, linked) {
 			continue
 		}
 		if s.restore(ctx, e) {

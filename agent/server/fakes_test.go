@@ -32,6 +32,9 @@ type fakeNvmet struct {
 	revalidated []string
 	failApply   func(e configfs.Export) error
 	removeCalls []string
+	// afterLinked, when not nil, runs after Linked has read the exports
+	// and before it returns, without the lock.
+	afterLinked func()
 }
 
 func newFakeNvmet() *fakeNvmet { return &fakeNvmet{exports: map[string]configfs.Export{}} }
@@ -110,10 +113,14 @@ func (f *fakeNvmet) read() *configfs.State {
 
 func (f *fakeNvmet) Linked(ctx context.Context) (map[string]int, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	out := map[string]int{}
 	for nqn, e := range f.exports {
 		out[nqn] = len(e.Ports)
+	}
+	after := f.afterLinked
+	f.mu.Unlock()
+	if after != nil {
+		after()
 	}
 	return out, nil
 }
