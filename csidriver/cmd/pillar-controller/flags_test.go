@@ -4,8 +4,12 @@ import (
 	"flag"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/pillar-csi/pillar-csi/api/flagalias"
 	"github.com/pillar-csi/pillar-csi/api/flagdoc"
@@ -55,4 +59,29 @@ func TestFlagReference(t *testing.T) {
 		"pillar-controller runs as the chart's leader-elected Deployment beside the CSI sidecars: it reconciles the Pillar "+
 			"resources and serves CSI's Controller service, calling the agents. `pillar-controller -h` prints the same list. "+
 			"Defaults shown as none for -namespace and -tls-secret-namespaces are `$POD_NAMESPACE`.", fs))
+}
+
+// TestClientNotRateLimited holds what the chart and the docs say of
+// pillar-controller's API client: it has no client-side rate limiter
+// (controller-runtime turns client-go's off), so there is no QPS value
+// to raise for a burst of claims.
+func TestClientNotRateLimited(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("KUBECONFIG", kubeconfig)
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QPS >= 0 || cfg.RateLimiter != nil {
+		t.Errorf("QPS %v, rate limiter %v: pillar-controller's client is rate-limited on its side; the chart's values and docs/troubleshooting.md say it is not", cfg.QPS, cfg.RateLimiter)
+	}
 }
