@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -57,6 +58,17 @@ func (r *VolumeStateReconciler) Setup(mgr manager.Manager) error {
 // Reconcile implements reconcile.Reconciler.
 func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	s := r.Service
+	// The informer cache tells whether there is anything to do, which in
+	// a burst of claims is nearly always nothing (a new record waits for
+	// its export, a finished one needs nothing): no read of the API
+	// server for those. What is done starts from the record read fresh.
+	var cached v1alpha1.PillarVolumeState
+	if err := s.cfg.Client.Get(ctx, req.NamespacedName, &cached); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if res, idle := r.idle(&cached); idle {
+		return res, nil
+	}
 	v, err := s.getVolume(ctx, req.Name)
 	if err != nil || v == nil || !v.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, err
@@ -102,6 +114,24 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{}, nil
 }
 
+// idle reports whether v, as the cache has it, needs nothing now, and
+// then when to look again.
+func (r *VolumeStateReconciler) idle(v *v1alpha1.PillarVolumeState) (ctrl.Result, bool) {
+	if !v.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, true
+	}
+	if _, write := exportCondition(v); write {
+		return ctrl.Result{}, false
+	}
+	if v.Status.Exported || v.Spec.Export == nil {
+		return ctrl.Result{}, true
+	}
+	if _, wait := abandonWait(v.CreationTimestamp, r.AbandonAfter, r.Now); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, true
+	}
+	return ctrl.Result{}, false
+}
+
 // abandonWait is how long a record made at created still waits before it
 // may be judged abandoned (zero or less: now), and after, the wait it is
 // given: AbandonAfter, or DefaultAbandonAfter when zero; now is time.Now
@@ -116,8 +146,9 @@ func abandonWait(created metav1.Time, after time.Duration, now func() time.Time)
 	return after, created.Add(after).Sub(now())
 }
 
-// exportSpec keeps the ExportSpecMissing condition true to the spec.
-func (r *VolumeStateReconciler) exportSpec(ctx context.Context, v *v1alpha1.PillarVolumeState) error {
+// exportCondition is the ExportSpecMissing condition true to v's spec,
+// and whether v's status must be written to carry it.
+func exportCondition(v *v1alpha1.PillarVolumeState) (metav1.Condition, bool) {
 	missing := v.Spec.Export == nil
 	c := metav1.Condition{Type: v1alpha1.ConditionExportSpecMissing, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonExportSpecStated,
 		Message: "the export spec is recorded", ObservedGeneration: v.Generation}
@@ -128,11 +159,19 @@ func (r *VolumeStateReconciler) exportSpec(ctx context.Context, v *v1alpha1.Pill
 	}
 	old := meta.FindStatusCondition(v.Status.Conditions, c.Type)
 	if old != nil && old.Status == c.Status && old.Reason == c.Reason && old.ObservedGeneration == c.ObservedGeneration {
+		return c, false
+	}
+	// Never missing: no condition to clear.
+	return c, old != nil || missing
+}
+
+// exportSpec keeps the ExportSpecMissing condition true to the spec.
+func (r *VolumeStateReconciler) exportSpec(ctx context.Context, v *v1alpha1.PillarVolumeState) error {
+	c, write := exportCondition(v)
+	if !write {
 		return nil
 	}
-	if old == nil && !missing {
-		return nil // never missing: no condition to clear
-	}
+	missing := v.Spec.Export == nil
 	meta.SetStatusCondition(&v.Status.Conditions, c)
 	if err := client404(r.Service.cfg.Client.Status().Update(ctx, v)); err != nil {
 		return err

@@ -7,7 +7,14 @@ import (
 	"time"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -211,5 +218,61 @@ func TestPublishFromStaleCache(t *testing.T) {
 				t.Errorf("AllowHost presented generations %v, want the record's %d once", g, v.Spec.PublicationGeneration)
 			}
 		})
+	}
+}
+
+// TestReconcileReadsTheCache: the VolumeStateReconciler, run for every
+// record a burst of claims creates, decides from the informer cache that
+// a record waiting for its export or already exported needs nothing, and
+// reads the API server only when it acts (here a record with no export
+// spec, whose condition it writes).
+func TestReconcileReadsTheCache(t *testing.T) {
+	needServer(t)
+	ctx := context.Background()
+	s, calls := countingService(t)
+	r := &controller.VolumeStateReconciler{Service: s, Recorder: events.NewFakeRecorder(16)}
+	exported, half := uniq("pvc-cache"), uniq("pvc-cache-half")
+	if _, err := s.CreateVolume(ctx, createReq(exported, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	agent.FailNext("ExportVolume", status.Error(codes.Unavailable, "injected"))
+	if _, err := s.CreateVolume(ctx, createReq(half, 8<<20)); status.Code(err) != codes.Unavailable {
+		t.Fatalf("half a create: %v", err)
+	}
+	calls.take()
+	reconcileOnce(t, r, exported)
+	if n := calls.take(); n["get"] != 0 || n["write"] != 0 || n["cached get"] != 1 {
+		t.Errorf("an exported record: %v; want one cached read and no API server read or write", n)
+	}
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: types.NamespacedName{Name: half}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.take(); n["get"] != 0 || n["write"] != 0 || n["cached get"] != 1 {
+		t.Errorf("a record waiting for its export: %v; want one cached read and no API server read or write", n)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > controller.DefaultAbandonAfter {
+		t.Errorf("a record waiting for its export is looked at again after %v, want when it may be abandoned (within %v)", res.RequeueAfter, controller.DefaultAbandonAfter)
+	}
+
+	legacy := uniq("pvc-cache-legacy")
+	agent.SeedVolume(legacy, "tank", 8<<20)
+	v := &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: legacy, Finalizers: []string{controller.Finalizer}},
+		Spec: v1alpha1.PillarVolumeStateSpec{VolumeID: legacy, StoreName: storeName, CapacityBytes: 8 << 20}}
+	if err := cluster.Admin.Create(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	calls.take()
+	reconcileOnce(t, r, legacy)
+	if n := calls.take(); n["get"] != 1 || n["write"] != 1 {
+		t.Errorf("a record without an export spec: %v; want it read fresh once and its condition written once", n)
+	}
+	if c := meta.FindStatusCondition(record(t, legacy).Status.Conditions, v1alpha1.ConditionExportSpecMissing); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("condition = %+v", c)
+	}
+	for _, id := range []string{exported, half} {
+		if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
