@@ -37,7 +37,8 @@
 // not zero new chunks and spec.lvm.allowUnzeroedThinPool is false);
 // BackendToolsMissing (UNIMPLEMENTED: zfs or lvm is not installed); InvalidSpec;
 // CapacityFailed; ImmutableFieldChanged. Refreshed every StoreRefresh, when
-// its agent's Ready changes, and on Controllers.StoreChanged.
+// its agent's Ready changes, and a second after Controllers.StoreChanged
+// (one refresh for the changes of that second).
 //
 // # PillarProtocol
 //

@@ -56,7 +56,8 @@ type Controllers struct {
 	// Connector reaches agents; part of the CSI Controller service too.
 	Connector *Connector
 	// StoreChanged asks for a store's capacity to be read again (after a
-	// volume was created, expanded or deleted).
+	// volume was created, expanded or deleted); the changes of a second
+	// share one refresh.
 	StoreChanged func(store string)
 }
 
@@ -189,15 +190,13 @@ func Setup(mgr manager.Manager, opts Options) (*Controllers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Controllers{
-		Connector: conn,
-		StoreChanged: func(store string) {
-			select {
-			case storeEvents <- event.TypedGenericEvent[*v1alpha1.PillarStore]{Object: &v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: store}}}:
-			default:
-			}
-		},
-	}, nil
+	storeChanged := newCoalescer(storeChangedSettle, func(store string) {
+		select {
+		case storeEvents <- event.TypedGenericEvent[*v1alpha1.PillarStore]{Object: &v1alpha1.PillarStore{ObjectMeta: metav1.ObjectMeta{Name: store}}}:
+		default:
+		}
+	})
+	return &Controllers{Connector: conn, StoreChanged: storeChanged.note}, nil
 }
 
 // byIndex maps an object to the objects of list whose field index holds
