@@ -20,3 +20,7 @@ func WaitingLookups(b *Backend) int { return b.lookups.Waiting() }
 // WaitingAdmissions returns how many of b's thin creates, expansions,
 // snapshots and clones wait for the admission lock.
 func WaitingAdmissions(b *Backend) int { return b.admit.Waiting() }
+
+// SetAsked sets the function a thin create calls with its LV's name once
+// it has read which admission listings had begun.
+func SetAsked(b *Backend, f func(name string)) { b.asked = f }

@@ -432,3 +432,72 @@ func TestThinCreatesShareAListing(t *testing.T) {
 		})
 	}
 }
+
+// TestThinCreateCountsWhatWasMadeAfterItsListing: a thin create that
+// shares a listing made before another create's LV existed counts that
+// LV once, through what the listing was told was taken since: it fits
+// beside it or is refused, never admitted into space the LV took.
+func TestThinCreateCountsWhatWasMadeAfterItsListing(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name     string
+		size     int64
+		admitted bool
+		listings int
+	}{
+		// 64 MiB, 40 taken: 16 fit on the shared listing.
+		{"fits beside it", 16 * mib, true, 1},
+		// 40 do not; a refusal is checked on a listing of its own.
+		{"does not fit", 40 * mib, false, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			first := make(chan struct{})
+			close(first)
+			f := &fakeThinVG{poolSize: 64 * mib, first: first, sizes: map[string]string{}}
+			b, err := lvm.New(lvm.Config{VolumeGroup: "vg0", ThinPool: "thinpool", Runner: commandtest.Func(f.run)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lvm.SetCheckNode(b, func(string, int64, int64) error { return nil })
+			asked, goOn := make(chan struct{}), make(chan struct{})
+			lvm.SetAsked(b, func(name string) {
+				if name == lvm.LVName("vg0", "pvc-late") {
+					close(asked)
+					<-goOn
+				}
+			})
+			errc := make(chan error, 1)
+			go func() {
+				_, err := b.Create(context.Background(), "pvc-late", c.size)
+				errc <- err
+			}()
+			// The late create has read that no listing had begun; the
+			// early one lists, is admitted and made before it goes on.
+			select {
+			case <-asked:
+			case <-time.After(time.Minute):
+				t.Fatal("the late create did not ask within a minute")
+			}
+			if _, err := b.Create(context.Background(), "pvc-early", 40*mib); err != nil {
+				t.Fatal(err)
+			}
+			close(goOn)
+			select {
+			case err = <-errc:
+			case <-time.After(time.Minute):
+				t.Fatal("the late create did not return within a minute")
+			}
+			switch {
+			case c.admitted && err != nil:
+				t.Errorf("Create: %v; want it admitted beside the 40 MiB LV", err)
+			case !c.admitted && !errors.Is(err, backends.ErrNoSpace):
+				t.Errorf("Create: %v; want it refused for lack of space (40 of 64 MiB taken)", err)
+			}
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.listings != c.listings {
+				t.Errorf("%d listings, want %d", f.listings, c.listings)
+			}
+		})
+	}
+}
