@@ -161,7 +161,7 @@ func exportCondition(v *v1alpha1.PillarVolumeState) (metav1.Condition, bool) {
 	if old != nil && old.Status == c.Status && old.Reason == c.Reason && old.ObservedGeneration == c.ObservedGeneration {
 		return c, false
 	}
-	// Never missing: no condition to clear.
+	// A record that never lacked the spec has no condition to clear.
 	return c, old != nil || missing
 }
 
