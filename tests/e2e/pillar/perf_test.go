@@ -260,12 +260,19 @@ func warningEvents(t *testing.T, c *cluster.Cluster, ns string) int {
 }
 
 // logWhereTimeWent logs, after a burst of pillar-csi's claims in ns
-// that began at since, the namespace's events, pillar-controller's CSI
-// metrics, the agent's and the controller's errors and warnings, and the
-// restarts of pillar-csi's containers.
+// that began at since, the namespace's events and then pillar-csi's side
+// (logPillarSide).
 func logWhereTimeWent(t *testing.T, c *cluster.Cluster, ns string, since time.Time) {
 	t.Helper()
 	logEventSummary(t, c, ns)
+	logPillarSide(t, c, since)
+}
+
+// logPillarSide logs pillar-controller's CSI metrics, the agent's and the
+// controller's errors and warnings since since, how long the agent's
+// creates waited and ran, and the restarts of pillar-csi's containers.
+func logPillarSide(t *testing.T, c *cluster.Cluster, since time.Time) {
+	t.Helper()
 	logControllerMetrics(t, c)
 	agent := componentLogs(t, c, "agent", "pillar-agent", since)
 	logErrors(t, "pillar-agent", agent, since)

@@ -52,7 +52,7 @@ func TestProvisioningAtScale(t *testing.T) {
 		{floorDriver, "floor-driver.yaml"},
 		{"pillar-csi.io", "external-driver.yaml"},
 	} {
-		stopCount := countSpecClaims(t, c)
+		stopCount, since := countSpecClaims(t, c), time.Now()
 		res := runExternal(t, c, externalRun{
 			driverFile: filepath.Join(lab.root, "tests", "e2e", "pillar", "testdata", d.file),
 			focus:      regexp.QuoteMeta("External Storage [Driver: "+d.name+"] ") + ".*" + regexp.QuoteMeta(perfSpec),
@@ -67,6 +67,10 @@ func TestProvisioningAtScale(t *testing.T) {
 			t.Logf("%s: the spec failed: %s", d.name, r.reason)
 		}
 		t.Logf("measured: %s: %s", d.name, f.counted)
+		if d.name == "pillar-csi.io" {
+			// The spec's namespace, and its events, are gone.
+			logPillarSide(t, c, since)
+		}
 		// The baseline is logged before, the measured figures after this.
 		_, measured, ok := strings.Cut(res.log, "Metrics to evaluate:")
 		avg, thr := perfAvgLatency.FindStringSubmatch(measured), perfThroughput.FindStringSubmatch(measured)
