@@ -11,18 +11,21 @@ import (
 // of the pool by its agent and one status write, not one per volume.
 const storeChangedSettle = time.Second
 
-// coalescer calls fire(key) once for every call of note(key) within
-// settle of the first one, settle after it.
+// coalescer runs fire(key) settle after the first note(key) that found
+// none pending; the notes of key until it runs share it.
 type coalescer struct {
 	settle time.Duration
 	fire   func(key string)
+	// afterFunc is time.AfterFunc; tests replace it.
+	afterFunc func(d time.Duration, f func())
 
 	mu      sync.Mutex
 	pending map[string]bool
 }
 
 func newCoalescer(settle time.Duration, fire func(key string)) *coalescer {
-	return &coalescer{settle: settle, fire: fire, pending: map[string]bool{}}
+	return &coalescer{settle: settle, fire: fire, pending: map[string]bool{},
+		afterFunc: func(d time.Duration, f func()) { time.AfterFunc(d, f) }}
 }
 
 // note asks for fire(key); it never blocks.
@@ -33,9 +36,9 @@ func (c *coalescer) note(key string) {
 		return
 	}
 	c.pending[key] = true
-	time.AfterFunc(c.settle, func() {
-		// Cleared first: a change noted while fire runs gets a refresh
-		// of its own.
+	c.afterFunc(c.settle, func() {
+		// Cleared first: a change noted while fire runs gets a run of
+		// its own.
 		c.mu.Lock()
 		delete(c.pending, key)
 		c.mu.Unlock()
