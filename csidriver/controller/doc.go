@@ -67,8 +67,9 @@
 // export included), and rolls back a provisioning that never completed
 // once its claim is gone and no PersistentVolume holds it — never a volume
 // that has a PV. It decides from the informer cache that a record needs
-// nothing (waiting for its export, or exported), which is every record of
-// a burst of claims, and reads the API server only for a record it acts on.
+// nothing (waiting for its export, or exported), which is nearly every
+// record of a burst of claims, and reads the API server only for a record
+// it acts on.
 //
 // # Rules without a server
 //

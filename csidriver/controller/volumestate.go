@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -64,14 +63,17 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// server for those. What is done starts from the record read fresh.
 	var cached v1alpha1.PillarVolumeState
 	if err := s.cfg.Client.Get(ctx, req.NamespacedName, &cached); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return ctrl.Result{}, client404(err)
 	}
 	if res, idle := r.idle(&cached); idle {
 		return res, nil
 	}
 	v, err := s.getVolume(ctx, req.Name)
-	if err != nil || v == nil || !v.DeletionTimestamp.IsZero() {
+	if err != nil || v == nil {
 		return ctrl.Result{}, err
+	}
+	if !v.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
 	}
 	if err := r.exportSpec(ctx, v); err != nil {
 		if apierrors.IsConflict(err) {
@@ -80,14 +82,13 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		}
 		return ctrl.Result{}, err
 	}
-	if v.Status.Exported || v.Spec.Export == nil {
-		return ctrl.Result{}, nil
+	// The same decision on the current record, its condition now
+	// written: is the provisioning incomplete, and old enough to be
+	// judged abandoned?
+	if res, idle := r.idle(v); idle {
+		return res, nil
 	}
-	// Provisioning not complete: abandoned?
-	after, wait := abandonWait(v.CreationTimestamp, r.AbandonAfter, r.Now)
-	if wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
+	after, _ := abandonWait(v.CreationTimestamp, r.AbandonAfter, r.Now)
 	abandoned, why, err := r.abandoned(ctx, v)
 	if err != nil || !abandoned {
 		return ctrl.Result{RequeueAfter: after}, err
@@ -114,8 +115,10 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{}, nil
 }
 
-// idle reports whether v, as the cache has it, needs nothing now, and
-// then when to look again.
+// idle reports whether v needs nothing now, and then when to look again:
+// it is being deleted, its ExportSpecMissing condition is true to its
+// spec, and it is exported, has no export spec (the operator states it),
+// or is too young to be judged abandoned.
 func (r *VolumeStateReconciler) idle(v *v1alpha1.PillarVolumeState) (ctrl.Result, bool) {
 	if !v.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, true

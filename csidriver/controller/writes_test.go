@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -270,9 +271,19 @@ func TestReconcileReadsTheCache(t *testing.T) {
 	if c := meta.FindStatusCondition(record(t, legacy).Status.Conditions, v1alpha1.ConditionExportSpecMissing); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("condition = %+v", c)
 	}
-	for _, id := range []string{exported, half} {
+	// The operator states the legacy record's spec (the recovery patch),
+	// so that it can be deleted as the others.
+	v = record(t, legacy)
+	v.Spec.Export = &v1alpha1.ExportSpec{BindAddress: "192.0.2.30", Port: 4421, ACLEnabled: ptr.To(true)}
+	if err := cluster.Admin.Update(ctx, v); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{exported, half, legacy} {
 		if _, err := s.DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("DeleteVolume %s: %v", id, err)
+		}
+		if _, ok := agent.Volumes()[id]; ok {
+			t.Errorf("%s is still on the agent after DeleteVolume", id)
 		}
 	}
 }
