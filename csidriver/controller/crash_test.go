@@ -22,10 +22,10 @@ func TestCrashBetweenSteps(t *testing.T) {
 		call   func(ctx context.Context, s interface {
 			csi.ControllerServer
 		}, id string) error
-		// last: nothing the call's context governs follows the agent's
-		// call, so the answer may beat the cancellation (after
-		// ExportVolume only the status write, under a deadline of its
-		// own).
+		// last: what follows the agent's call may not notice the
+		// cancellation, so the answer may beat it (after ExportVolume:
+		// the status write, under a deadline of its own, and a read of
+		// the protocol from the informer cache).
 		last bool
 	}{
 		{"CreateVolume", create, false},

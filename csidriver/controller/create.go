@@ -342,8 +342,17 @@ func (s *Service) volumeContext(ctx context.Context, v *v1alpha1.PillarVolumeSta
 	}
 	var opts export.ConnectOptions
 	if v.Spec.ProtocolName != "" {
+		// The connect options go into the PersistentVolume for good: a
+		// failed read fails the call rather than leave them out.
 		var p v1alpha1.PillarProtocol
-		if err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: string(v.Spec.ProtocolName)}, &p); err == nil && p.Spec.NVMeOFTCP != nil && p.Spec.NVMeOFTCP.Connect != nil {
+		err := s.cfg.Client.Get(ctx, types.NamespacedName{Name: string(v.Spec.ProtocolName)}, &p)
+		switch {
+		case apierrors.IsNotFound(err):
+			return nil, errorf(codes.FailedPrecondition, v.Name, "PillarProtocol %q of the volume does not exist: its connect options cannot be given", v.Spec.ProtocolName)
+		case err != nil:
+			return nil, errorf(codes.Unavailable, v.Name, "reading PillarProtocol %q for the volume's connect options: %v", v.Spec.ProtocolName, err)
+		}
+		if p.Spec.NVMeOFTCP != nil && p.Spec.NVMeOFTCP.Connect != nil {
 			c := p.Spec.NVMeOFTCP.Connect
 			opts = export.ConnectOptions{CtrlLossTimeoutSeconds: c.CtrlLossTimeoutSeconds, ReconnectDelaySeconds: c.ReconnectDelaySeconds,
 				KeepAliveTimeoutSeconds: c.KeepAliveTimeoutSeconds, NrIOQueues: c.NrIOQueues, QueueSize: c.QueueSize}

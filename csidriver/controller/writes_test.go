@@ -287,3 +287,36 @@ func TestReconcileReadsTheCache(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateVolumeNeedsItsConnectOptions: the connect options of the
+// volume's PillarProtocol go into the PersistentVolume for good, so a
+// CreateVolume that cannot read the protocol fails (and is retried)
+// rather than answer without them.
+func TestCreateVolumeNeedsItsConnectOptions(t *testing.T) {
+	needServer(t)
+	ctx := context.Background()
+	id := uniq("pvc-connect")
+	if _, err := newService(t).CreateVolume(ctx, createReq(id, 8<<20)); err != nil {
+		t.Fatal(err)
+	}
+	ww, err := client.NewWithWatch(cluster.User, client.Options{Scheme: cluster.Scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failing := interceptor.NewClient(ww, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*v1alpha1.PillarProtocol); ok {
+				return apierrors.NewServiceUnavailable("injected")
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	pool := agentclient.NewPool(agentclient.Options{CallTimeout: 5 * time.Second})
+	t.Cleanup(pool.Close)
+	s := controller.New(controller.Config{Client: failing, Reader: user, Connector: &reconcile.Connector{Client: user, Pool: pool}})
+	_, err = s.CreateVolume(ctx, createReq(id, 8<<20))
+	wantCode(t, "the repeated CreateVolume with the protocol unreadable", err, codes.Unavailable, "PillarProtocol", "connect options")
+	if _, err := newService(t).DeleteVolume(ctx, &csi.DeleteVolumeRequest{VolumeId: id}); err != nil {
+		t.Fatal(err)
+	}
+}
