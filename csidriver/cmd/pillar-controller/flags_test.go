@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-
 	"github.com/pillar-csi/pillar-csi/api/flagalias"
 	"github.com/pillar-csi/pillar-csi/api/flagdoc"
 	"github.com/pillar-csi/pillar-csi/csidriver/controllerapp"
@@ -62,9 +60,9 @@ func TestFlagReference(t *testing.T) {
 }
 
 // TestClientNotRateLimited holds what the chart and the docs say of
-// pillar-controller's API client: it has no client-side rate limiter
-// (controller-runtime turns client-go's off), so there is no QPS value
-// to raise for a burst of claims.
+// pillar-controller's API client (kubeConfig, which run uses): it has no
+// client-side rate limiter, so there is no QPS value to raise for a burst
+// of claims.
 func TestClientNotRateLimited(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := os.WriteFile(kubeconfig, []byte(`apiVersion: v1
@@ -77,7 +75,7 @@ current-context: c
 		t.Fatal(err)
 	}
 	t.Setenv("KUBECONFIG", kubeconfig)
-	cfg, err := ctrl.GetConfig()
+	cfg, err := kubeConfig()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/pillar-csi/pillar-csi/api/flagalias"
@@ -92,10 +93,23 @@ func main() {
 }
 
 func run(ctx context.Context, o controllerapp.Options) error {
-	cfg, err := ctrl.GetConfig()
+	cfg, err := kubeConfig()
 	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
+		return err
 	}
 	o.Logger.Info("starting", "version", driver.Version, "namespace", o.Namespace, "leader_election", o.LeaderElection)
 	return controllerapp.Run(ctx, cfg, o)
+}
+
+// kubeConfig is pillar-controller's API client configuration: the
+// in-cluster one (or --kubeconfig, $KUBECONFIG), with no client-side rate
+// limiter (controller-runtime turns client-go's off and leaves the pace
+// to the API server's priority and fairness), so that a burst of claims
+// never waits on one of its own.
+func kubeConfig() (*rest.Config, error) {
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	return cfg, nil
 }
