@@ -21,6 +21,6 @@ func WaitingLookups(b *Backend) int { return b.lookups.Waiting() }
 // snapshots and clones wait for the admission lock.
 func WaitingAdmissions(b *Backend) int { return b.admit.Waiting() }
 
-// SetAsked sets the function a thin create calls with its LV's name once
-// it has read which admission listings had begun.
-func SetAsked(b *Backend, f func(name string)) { b.asked = f }
+// SetAfterAsked sets the function a thin create calls with its LV's name
+// once it has read which admission listings had begun.
+func SetAfterAsked(b *Backend, f func(name string)) { b.afterAsked = f }

@@ -42,9 +42,9 @@ type Backend struct {
 	// (admissionListing).
 	listings atomic.Uint64
 	last     poolListing
-	// asked, when not nil, is called by a thin create with its LV's name
-	// once it has read which listings had begun (tests order it).
-	asked func(name string)
+	// afterAsked, when not nil, is called by a thin create with its LV's
+	// name once it has read which listings had begun (tests order it).
+	afterAsked func(name string)
 
 	// admit serialises the admission decisions of thin creates,
 	// expansions, snapshots and clones, so that two of them cannot both
@@ -121,8 +121,8 @@ func (b *Backend) create(ctx context.Context, id string, sizeBytes int64) (*back
 		var retried *lv
 		var res *admit.Reservation
 		asked := b.listings.Load()
-		if b.asked != nil {
-			b.asked(name)
+		if b.afterAsked != nil {
+			b.afterAsked(name)
 		}
 		res, err = b.admit.Reserve(func(reserved int64) (int64, error) {
 			decide := func(l poolListing) (int64, error) {

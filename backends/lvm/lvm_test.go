@@ -460,7 +460,7 @@ func TestThinCreateCountsWhatWasMadeAfterItsListing(t *testing.T) {
 			}
 			lvm.SetCheckNode(b, func(string, int64, int64) error { return nil })
 			asked, goOn := make(chan struct{}), make(chan struct{})
-			lvm.SetAsked(b, func(name string) {
+			lvm.SetAfterAsked(b, func(name string) {
 				if name == lvm.LVName("vg0", "pvc-late") {
 					close(asked)
 					<-goOn
