@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +34,9 @@ var (
 // for pillar-csi, in one cluster boot, and logs both drivers' figures
 // with their ratio. The spec failing for pillar-csi fails the test,
 // unless it failed for the floor driver too: then the guest itself cannot
-// meet upstream's figures, and the test says so and reports both.
+// meet upstream's figures, and the test says so and reports both. Even
+// then, pillar-csi's claims not all Bound within the spec's 15 minutes
+// where the floor driver's were fails it.
 func TestProvisioningAtScale(t *testing.T) {
 	c := setup(t)
 	installFloor(t, c)
@@ -68,7 +71,7 @@ func TestProvisioningAtScale(t *testing.T) {
 		}
 		t.Logf("measured: %s: %s", d.name, f.counted)
 		if d.name == "pillar-csi.io" {
-			// The spec's namespace, and its events, are gone.
+			// The spec's namespace, and its events, are gone or going.
 			logPillarSide(t, c, since)
 		}
 		// The baseline is logged before, the measured figures after this.
@@ -99,12 +102,15 @@ func TestProvisioningAtScale(t *testing.T) {
 			pillar.avg.Seconds()/floor.avg.Seconds(), pillar.throughput/floor.throughput)
 	}
 	switch {
+	case pillar.noFigures && !floor.noFigures:
+		// The floor driver's claims were all Bound within the 15
+		// minutes, pillar-csi's not: whatever the guest, pillar-csi did
+		// worse than the cluster itself allows.
+		t.Errorf("the spec gave up on pillar-csi before every claim was Bound (%s); the floor driver's were all Bound (%s average, %.3f claims/s, %s)",
+			pillar.counted, floor.avg, floor.throughput, floor.counted)
 	case pillar.failed && floor.failed:
-		t.Logf("the spec failed for the floor driver too: this guest cannot meet upstream's figures for any driver (floor: %s; pillar-csi: %s)",
+		t.Logf("the spec failed for the floor driver too: this guest cannot meet upstream's figures for either driver (floor: %s; pillar-csi: %s)",
 			floor.counted, pillar.counted)
-	case pillar.noFigures:
-		t.Errorf("the spec gave up on pillar-csi before every claim was Bound (%s) and passed for the floor driver (%s, %.3f claims/s)",
-			pillar.counted, floor.avg, floor.throughput)
 	case pillar.failed:
 		t.Errorf("the spec failed for pillar-csi (%s average, %.3f claims/s) and passed for the floor driver (%s, %.3f claims/s)",
 			pillar.avg, pillar.throughput, floor.avg, floor.throughput)
@@ -141,19 +147,31 @@ func (s specClaims) String() string {
 	if s.lastBound > 0 {
 		rate = float64(s.bound) / s.lastBound.Seconds()
 	}
-	return fmt.Sprintf("the harness's count (every %v): %d claims, %d Bound, the last of them %.0fs after the first claim was seen (%.3f claims/s)",
+	return fmt.Sprintf("the test's own count (every %v): %d claims, at most %d Bound at one look, %.0fs after the first claim was seen (%.3f claims/s)",
 		specClaimsPoll, s.most, s.bound, s.lastBound.Seconds(), rate)
 }
 
 // specClaimsPoll is how often countSpecClaims looks.
 const specClaimsPoll = 10 * time.Second
 
+// specNamespaces is the prefix of the namespaces of the
+// volume-lifecycle-performance spec.
+const specNamespaces = "volume-lifecycle-performance-"
+
 // countSpecClaims counts, every specClaimsPoll until the function it
-// returns is called, the claims of the volume-lifecycle-performance
-// spec's namespaces, and how many of them are Bound: the spec itself logs
-// its figures only when every claim was Bound within its 15 minutes.
+// returns is called (at the latest when the test ends), the claims of the
+// volume-lifecycle-performance spec's namespaces made from now on (not
+// those of an earlier run, whose namespace may still be going), and how
+// many of them are Bound: the spec itself logs its figures only when
+// every claim was Bound within its 15 minutes.
 func countSpecClaims(t *testing.T, c *cluster.Cluster) func() specClaims {
 	t.Helper()
+	before := map[string]bool{}
+	for _, n := range strings.Fields(kubectl(t, c, "get", "namespaces", "-o", `jsonpath={.items[*].metadata.name}`)) {
+		if strings.HasPrefix(n, specNamespaces) {
+			before[n] = true
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan specClaims, 1)
 	go func() {
@@ -173,7 +191,7 @@ func countSpecClaims(t *testing.T, c *cluster.Cluster) func() specClaims {
 				all, bound := 0, 0
 				for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 					ns, phase, _ := strings.Cut(l, " ")
-					if !strings.HasPrefix(ns, "volume-lifecycle-performance-") {
+					if !strings.HasPrefix(ns, specNamespaces) || before[ns] {
 						continue
 					}
 					all++
@@ -196,8 +214,15 @@ func countSpecClaims(t *testing.T, c *cluster.Cluster) func() specClaims {
 			}
 		}
 	}()
-	return func() specClaims {
-		cancel()
-		return <-done
+	var once sync.Once
+	var counted specClaims
+	stop := func() specClaims {
+		once.Do(func() {
+			cancel()
+			counted = <-done
+		})
+		return counted
 	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
