@@ -116,9 +116,9 @@ func (r *VolumeStateReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 // idle reports whether v needs nothing now, and then when to look again:
-// it is being deleted, its ExportSpecMissing condition is true to its
-// spec, and it is exported, has no export spec (the operator states it),
-// or is too young to be judged abandoned.
+// either it is being deleted, or its ExportSpecMissing condition is true
+// to its spec and it is exported, has no export spec (the operator states
+// it) or is too young to be judged abandoned.
 func (r *VolumeStateReconciler) idle(v *v1alpha1.PillarVolumeState) (ctrl.Result, bool) {
 	if !v.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, true
