@@ -29,16 +29,11 @@ func reconcileOnce(t *testing.T, r *controller.VolumeStateReconciler, id string)
 	}
 }
 
-// TestExportSpecMissing: a legacy record without an export spec gets the
-// condition and its calls are refused with a pointer to the recovery
-// procedure; once the operator states the spec, the volume resumes.
-func TestExportSpecMissing(t *testing.T) {
-	needServer(t)
+// legacyRecord makes the volume id on the agent and its record as a
+// release before the export spec made it: created, with no spec.export.
+func legacyRecord(t *testing.T, id string) *v1alpha1.PillarVolumeState {
+	t.Helper()
 	ctx := context.Background()
-	s := newService(t)
-	rec := events.NewFakeRecorder(16)
-	r := &controller.VolumeStateReconciler{Service: s, Recorder: rec}
-	id := uniq("pvc-legacy")
 	agent.SeedVolume(id, "tank", 8<<20)
 	v := &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: id, Finalizers: []string{controller.Finalizer}},
 		Spec: v1alpha1.PillarVolumeStateSpec{VolumeID: id, StoreName: storeName, CapacityBytes: 8 << 20}}
@@ -49,6 +44,20 @@ func TestExportSpecMissing(t *testing.T) {
 	if err := cluster.Admin.Status().Update(ctx, v); err != nil {
 		t.Fatal(err)
 	}
+	return v
+}
+
+// TestExportSpecMissing: a legacy record without an export spec gets the
+// condition and its calls are refused with a pointer to the recovery
+// procedure; once the operator states the spec, the volume resumes.
+func TestExportSpecMissing(t *testing.T) {
+	needServer(t)
+	ctx := context.Background()
+	s := newService(t)
+	rec := events.NewFakeRecorder(16)
+	r := &controller.VolumeStateReconciler{Service: s, Recorder: rec}
+	id := uniq("pvc-legacy")
+	legacyRecord(t, id)
 	reconcileOnce(t, r, id)
 	c := meta.FindStatusCondition(record(t, id).Status.Conditions, v1alpha1.ConditionExportSpecMissing)
 	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "never guesses") || !strings.Contains(c.Message, "export-spec-patch.yaml") {
@@ -64,7 +73,7 @@ func TestExportSpecMissing(t *testing.T) {
 	}
 
 	// The operator states it (the recovery patch).
-	v = record(t, id)
+	v := record(t, id)
 	v.Spec.Export = &v1alpha1.ExportSpec{BindAddress: "192.0.2.30", Port: 4421, ACLEnabled: ptr.To(true)}
 	if err := cluster.Admin.Update(ctx, v); err != nil {
 		t.Fatal(err)

@@ -257,12 +257,7 @@ func TestReconcileReadsTheCache(t *testing.T) {
 	}
 
 	legacy := uniq("pvc-cache-legacy")
-	agent.SeedVolume(legacy, "tank", 8<<20)
-	v := &v1alpha1.PillarVolumeState{ObjectMeta: metav1.ObjectMeta{Name: legacy, Finalizers: []string{controller.Finalizer}},
-		Spec: v1alpha1.PillarVolumeStateSpec{VolumeID: legacy, StoreName: storeName, CapacityBytes: 8 << 20}}
-	if err := cluster.Admin.Create(ctx, v); err != nil {
-		t.Fatal(err)
-	}
+	legacyRecord(t, legacy)
 	calls.take()
 	reconcileOnce(t, r, legacy)
 	if n := calls.take(); n["get"] != 1 || n["write"] != 1 {
@@ -273,7 +268,7 @@ func TestReconcileReadsTheCache(t *testing.T) {
 	}
 	// The operator states the legacy record's spec (the recovery patch),
 	// so that it can be deleted as the others.
-	v = record(t, legacy)
+	v := record(t, legacy)
 	v.Spec.Export = &v1alpha1.ExportSpec{BindAddress: "192.0.2.30", Port: 4421, ACLEnabled: ptr.To(true)}
 	if err := cluster.Admin.Update(ctx, v); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package docs_test
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,15 +11,7 @@ import (
 // of change (### Added, ### Security, ...) twice: an entry then hides in
 // the second copy, which readers of the first never see.
 func TestChangelogSections(t *testing.T) {
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range duplicateSections(string(data)) {
+	for _, d := range duplicateSections(repoFile(t, "CHANGELOG.md")) {
 		t.Errorf("CHANGELOG.md: %s", d)
 	}
 }

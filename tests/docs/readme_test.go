@@ -18,15 +18,7 @@ const maxReadmeLines = 200
 
 // TestReadmeLength fails when README.md outgrows its front door.
 func TestReadmeLength(t *testing.T) {
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := countLines(string(data)); n > maxReadmeLines {
+	if n := countLines(repoFile(t, "README.md")); n > maxReadmeLines {
 		t.Errorf("README.md has %d lines, more than %d: move the detail to a page of docs/ and link it", n, maxReadmeLines)
 	} else {
 		t.Logf("README.md has %d lines (at most %d)", n, maxReadmeLines)
@@ -177,4 +169,18 @@ func unindexed(root, index, section string) ([]string, error) {
 	}
 	sort.Strings(missing)
 	return missing, nil
+}
+
+// repoFile returns the text of the repository's file rel.
+func repoFile(t *testing.T, rel string) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
 }
