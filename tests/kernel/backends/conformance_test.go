@@ -309,12 +309,14 @@ func conformance(t *testing.T, s *store) {
 			if _, err := b.Create(ctxT(t), "pvc-fill", fill); err != nil {
 				t.Fatalf("creating the %d bytes Capacity reported available: %v", fill, err)
 			}
+			// A failure below leaves no volume behind for the next test.
+			t.Cleanup(func() { b.Delete(context.Background(), "pvc-fill") })
 			c2, err := b.Capacity(ctxT(t))
 			if err != nil {
 				t.Fatal(err)
 			}
 			if c2.AvailableBytes >= s.unit {
-				t.Fatalf("after filling, %d bytes still available (unit %d)", c2.AvailableBytes, s.unit)
+				t.Fatalf("after filling %d of %d bytes available, %d bytes still available (unit %d)", fill, c.AvailableBytes, c2.AvailableBytes, s.unit)
 			}
 			_, err = b.Create(ctxT(t), "pvc-one-more", s.unit)
 			mustErr(t, err, backends.ErrNoSpace)

@@ -56,16 +56,42 @@ func zfsStore(t *testing.T, name string, sparse bool) *store {
 			_, err := zfsCmd(t, "list", "-H", "-o", "name", parent+"/"+name)
 			return err == nil
 		},
-		settle: func(t *testing.T) {
-			ctx := context.Background()
-			for _, args := range [][]string{{"sync", pool.Name}, {"wait", "-t", "free", pool.Name}} {
-				if _, err := fixture.Command(ctx, "settle pool", "zpool", args...); err != nil {
-					t.Fatal(err)
-				}
-			}
-		},
-		rec: rec,
+		settle: func(t *testing.T) { settleZPool(t, pool.Name) },
+		rec:    rec,
 	}
+}
+
+// settleZPool waits until pool's free space holds still. A destroyed
+// dataset's blocks are freed in the background (zpool wait -t free), and
+// blocks freed in one transaction group stay allocated for two more (ZFS
+// defers their reuse), so one sync leaves up to two groups' frees to come:
+// the available figure is read after each sync until a sync leaves it as
+// it was.
+func settleZPool(t *testing.T, pool string) {
+	t.Helper()
+	ctx := context.Background()
+	run := func(tool string, args ...string) string {
+		out, err := fixture.Command(ctx, "settle pool", tool, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	run("zpool", "wait", "-t", "free", pool)
+	const most = 10
+	last := ""
+	for i := range most {
+		run("zpool", "sync", pool)
+		avail := run("zfs", "get", "-Hp", "-o", "value", "available", pool)
+		if avail == last {
+			if i > 1 {
+				t.Logf("pool %s settled at %s bytes available after %d syncs", pool, avail, i+1)
+			}
+			return
+		}
+		last = avail
+	}
+	t.Fatalf("pool %s: free space still changing after %d syncs (last %s bytes)", pool, most, last)
 }
 
 func TestZFSThick(t *testing.T) {
