@@ -71,9 +71,11 @@
 //
 // Namespaces:
 //   - A new namespace's device_path reads "(null)"; enable without a path
-//     fails with EINVAL, with a missing device with ENOENT, and so does
-//     a new zvol's for a moment after its node appeared: Apply tries an
-//     ENOENT enable again for up to 2 s. A path that is
+//     fails with EINVAL, with a missing device with ENOENT. A new zvol's
+//     device is removed and made again once after it appeared when it
+//     was created with a volmode (ZFS 2.1), and an enable in between fails
+//     with ENOENT or ENXIO: Apply tries such an enable again for up to
+//     2 s. A path that is
 //     not a block device is opened as a file, with O_DIRECT unless
 //     buffered_io is 1 (so a file on tmpfs needs buffered_io).
 //   - device_path, device_uuid and device_nguid cannot be written while the

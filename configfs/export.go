@@ -38,8 +38,8 @@ import (
 // ctx is checked between steps. A single configfs write cannot be
 // interrupted, but none of them waits for the network: the longest is a
 // namespace enable, which opens the backing device. An enable that fails
-// with ENOENT (a device node the kernel cannot open yet) is tried again
-// for up to 2 s while ctx lasts.
+// with ENOENT or ENXIO (a device the kernel is removing and making again)
+// is tried again for up to 2 s while ctx lasts.
 func (f *FS) Apply(ctx context.Context, e Export) error {
 	want, err := e.normalize()
 	if err != nil {

@@ -374,30 +374,48 @@ func TestApplyAfterPartialFailure(t *testing.T) {
 // enableRetryFor, or sooner when the context ends, leaving the namespace
 // for the next Apply; an ENOENT of any other write is not waited for.
 func TestApplyWaitsForTheDevice(t *testing.T) {
-	// failing makes the writes to attributes named attr fail with ENOENT
-	// the first times times (-1: always), and counts the writes.
-	failing := func(sim *kernelSim, attr string, times int) *atomic.Int32 {
+	// failingWith makes the writes to attributes named attr fail with
+	// errno the first times times (-1: always), and counts the writes.
+	failingWith := func(sim *kernelSim, attr string, times int, errno syscall.Errno) *atomic.Int32 {
 		var n atomic.Int32
 		sim.failAt = func(op, path string) error {
 			if op == "write" && strings.HasSuffix(path, "/namespaces/1/"+attr) {
 				if k := n.Add(1); times < 0 || k <= int32(times) {
-					return syscall.ENOENT
+					return errno
 				}
 			}
 			return nil
 		}
 		return &n
 	}
+	failing := func(sim *kernelSim, attr string, times int) *atomic.Int32 {
+		return failingWith(sim, attr, times, syscall.ENOENT)
+	}
 
-	t.Run("opens at the fourth try", func(t *testing.T) {
+	// ENOENT (the node gone) and ENXIO (the disk being removed) both
+	// come while ZFS makes a new zvol's device again.
+	for _, errno := range []syscall.Errno{syscall.ENOENT, syscall.ENXIO} {
+		t.Run("opens at the fourth try after "+errnoName(errno), func(t *testing.T) {
+			sim, fs := newKernelSim(t)
+			e := fullExport(t, 1)
+			n := failingWith(sim, "enable", 3, errno)
+			mustApply(t, fs, e)
+			if got := n.Load(); got != 4 {
+				t.Errorf("enable written %d times, want 4", got)
+			}
+			checkReadBack(t, fs, e)
+		})
+	}
+
+	t.Run("another error is not waited for", func(t *testing.T) {
 		sim, fs := newKernelSim(t)
-		e := fullExport(t, 1)
-		n := failing(sim, "enable", 3)
-		mustApply(t, fs, e)
-		if got := n.Load(); got != 4 {
-			t.Errorf("enable written %d times, want 4", got)
+		n := failingWith(sim, "enable", -1, syscall.EINVAL)
+		if err := fs.Apply(context.Background(), fullExport(t, 1)); !errorsIsErrno(err, syscall.EINVAL) {
+			t.Fatalf("Apply whose enable fails with EINVAL = %v, want EINVAL", err)
 		}
-		checkReadBack(t, fs, e)
+		if got := n.Load(); got != 1 {
+			t.Errorf("enable written %d times, want once", got)
+		}
 	})
 
 	t.Run("never opens", func(t *testing.T) {
@@ -443,6 +461,16 @@ func TestApplyWaitsForTheDevice(t *testing.T) {
 			t.Errorf("device_path written %d times, want once", got)
 		}
 	})
+}
+
+func errnoName(errno syscall.Errno) string {
+	switch errno {
+	case syscall.ENOENT:
+		return "ENOENT"
+	case syscall.ENXIO:
+		return "ENXIO"
+	}
+	return errno.Error()
 }
 
 func errorsIsErrno(err error, errno syscall.Errno) bool {

@@ -123,19 +123,23 @@ func (f *FS) applyNamespace(ctx context.Context, nqn, name string, want Namespac
 }
 
 // enableRetryFor bounds how long enable tries a namespace's enable again
-// while it fails with ENOENT.
+// while it fails with ENOENT or ENXIO.
 const enableRetryFor = 2 * time.Second
 
-// enable enables the namespace in dir. A new zvol's device node can be
-// there a moment before the kernel lets nvmet open it (seen under bursts
-// of zfs create: the device was just found, and the enable failed with
-// ENOENT), so an ENOENT is tried again, after pauses from 10 ms doubling
-// to 200 ms, for at most enableRetryFor and no longer than ctx lasts; the
-// last error is returned. ERESTARTSYS is tried again one level down
-// (retry), for every write.
+// enable enables the namespace in dir. A new zvol's device can vanish
+// for a moment just after it was found: ZFS 2.1 makes the device of a
+// zvol created with a volmode, then removes it and makes it again when it
+// applies the volmode (seen in the lab: a burst of 10 zfs create -o
+// volmode=dev, each device opened as soon as it answered its name, 19
+// devices made a second time, each under the same minor and a new
+// diskseq). An open in between fails with ENXIO (the disk being removed),
+// ENOENT (its node gone) or EBUSY. ENOENT and ENXIO are tried again,
+// after pauses from 10 ms doubling to 200 ms, for at most enableRetryFor
+// and no longer than ctx lasts; the last error is returned. ERESTARTSYS is
+// tried again one level down (retry), for every write.
 func (f *FS) enable(ctx context.Context, dir string) error {
 	err := f.sys.writeAttr(dir+"/enable", "1")
-	for wait, waited := 10*time.Millisecond, time.Duration(0); errors.Is(err, syscall.ENOENT) && waited < enableRetryFor; wait = min(2*wait, 200*time.Millisecond) {
+	for wait, waited := 10*time.Millisecond, time.Duration(0); deviceComing(err) && waited < enableRetryFor; wait = min(2*wait, 200*time.Millisecond) {
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -147,6 +151,12 @@ func (f *FS) enable(ctx context.Context, dir string) error {
 		err = f.sys.writeAttr(dir+"/enable", "1")
 	}
 	return err
+}
+
+// deviceComing tells whether an enable failed because its device is
+// between being removed and made again (see enable).
+func deviceComing(err error) bool {
+	return errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENXIO)
 }
 
 // readNamespaceForApply reads the attributes applyNamespace compares for
