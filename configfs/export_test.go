@@ -369,10 +369,11 @@ func TestApplyAfterPartialFailure(t *testing.T) {
 }
 
 // TestApplyWaitsForTheDevice: a namespace's enable that fails with ENOENT
-// (a new zvol's node there before the kernel lets nvmet open it) is tried
-// again until the device opens; one that never opens fails after
+// or ENXIO (a new zvol's device while ZFS removes it and makes it again)
+// is tried again until the device opens; one that never opens fails after
 // enableRetryFor, or sooner when the context ends, leaving the namespace
-// for the next Apply; an ENOENT of any other write is not waited for.
+// for the next Apply; another errno of the enable, and an ENOENT of any
+// other write, are not waited for.
 func TestApplyWaitsForTheDevice(t *testing.T) {
 	// failingWith makes the writes to attributes named attr fail with
 	// errno the first times times (-1: always), and counts the writes.
