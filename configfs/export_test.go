@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -396,7 +397,7 @@ func TestApplyWaitsForTheDevice(t *testing.T) {
 	// ENOENT (the node gone) and ENXIO (the disk being removed) both
 	// come while ZFS makes a new zvol's device again.
 	for _, errno := range []syscall.Errno{syscall.ENOENT, syscall.ENXIO} {
-		t.Run("opens at the fourth try after "+errnoName(errno), func(t *testing.T) {
+		t.Run("opens at the fourth try after "+unix.ErrnoName(errno), func(t *testing.T) {
 			sim, fs := newKernelSim(t)
 			e := fullExport(t, 1)
 			n := failingWith(sim, "enable", 3, errno)
@@ -462,16 +463,6 @@ func TestApplyWaitsForTheDevice(t *testing.T) {
 			t.Errorf("device_path written %d times, want once", got)
 		}
 	})
-}
-
-func errnoName(errno syscall.Errno) string {
-	switch errno {
-	case syscall.ENOENT:
-		return "ENOENT"
-	case syscall.ENXIO:
-		return "ENXIO"
-	}
-	return errno.Error()
 }
 
 func errorsIsErrno(err error, errno syscall.Errno) bool {
